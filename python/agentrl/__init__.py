@@ -1,0 +1,22 @@
+"""agentrl: an engine for agent reinforcement learning of language models.
+
+The sandbox runs untrusted, model-generated programs in isolated boxes built on Linux
+namespaces, seccomp-bpf, cgroups and rlimits, from a Rust core.
+"""
+
+from agentrl._core import __version__
+from agentrl.errors import AgentRLError, SandboxError
+from agentrl.limits import Limits
+from agentrl.result import ExecResult, Status
+from agentrl.sandbox import Bind, Sandbox
+
+__all__ = [
+    "AgentRLError",
+    "Bind",
+    "ExecResult",
+    "Limits",
+    "Sandbox",
+    "SandboxError",
+    "Status",
+    "__version__",
+]

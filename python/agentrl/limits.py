@@ -1,0 +1,111 @@
+"""Resource limits of a sandboxed run."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+__all__ = ["Limits", "parse_duration", "parse_size"]
+
+_MAX_SECONDS = 86_400.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits applied to one run. Every field must be positive."""
+
+    wall_time_s: float = 10.0
+    """Wall-clock limit in seconds; the whole box (every process in it) is killed at the limit."""
+
+    cpu_time_s: float = 10.0
+    """CPU time limit in seconds, all threads and processes of the run counted together."""
+
+    memory_bytes: int = 512 << 20
+    """Memory limit (cgroup), including what the run writes to its tmpfs."""
+
+    max_pids: int = 64
+    """Most processes and threads alive at once."""
+
+    max_output_bytes: int = 1 << 20
+    """Capture cap for stdout and for stderr, each; the rest is drained and discarded."""
+
+    max_file_bytes: int = 64 << 20
+    """Largest file the run may write; also the cap for each collected file."""
+
+    max_open_files: int = 256
+    """Most open files per process."""
+
+    tmpfs_bytes: int = 64 << 20
+    """Size of the tmpfs holding the work dir, ``/tmp`` and ``/dev/shm``."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type == "float":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError(f"Limits.{f.name} must be a number, got {type(v).__name__}")
+                if not math.isfinite(v) or v <= 0:
+                    raise ValueError(f"Limits.{f.name} must be a positive number of seconds, got {v}")
+                if v > _MAX_SECONDS:
+                    raise ValueError(f"Limits.{f.name} must be at most {_MAX_SECONDS} s, got {v}")
+                object.__setattr__(self, f.name, float(v))
+            else:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise TypeError(f"Limits.{f.name} must be an int, got {type(v).__name__}")
+                if v <= 0:
+                    raise ValueError(f"Limits.{f.name} must be positive, got {v}")
+                if v >= 1 << 63:
+                    raise ValueError(f"Limits.{f.name} is too large: {v}")
+
+    def replace(self, **changes: float | int) -> Limits:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def _as_tuple(self) -> tuple[float, float, int, int, int, int, int, int]:
+        return (
+            self.wall_time_s,
+            self.cpu_time_s,
+            self.memory_bytes,
+            self.max_pids,
+            self.max_output_bytes,
+            self.max_file_bytes,
+            self.max_open_files,
+            self.tmpfs_bytes,
+        )
+
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "m": 60.0}
+
+
+def parse_size(text: str) -> int:
+    """Parses ``256M``, ``1G``, ``4096`` (binary units) into bytes."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1] if t and t[-1] in "KMG" else ""
+    num = t[: len(t) - len(unit)]
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use e.g. 256M, 1G, 4096)") from None
+    if value <= 0 or not math.isfinite(value):
+        raise ValueError(f"size must be positive: {text!r}")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def parse_duration(text: str) -> float:
+    """Parses ``2s``, ``500ms``, ``1.5`` (seconds), ``1m`` into seconds."""
+    t = text.strip().lower()
+    for unit in ("ms", "s", "m"):
+        if t.endswith(unit):
+            num, mult = t[: -len(unit)], _TIME_UNITS[unit]
+            break
+    else:
+        num, mult = t, 1.0
+    try:
+        value = float(num) * mult
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 2s, 500ms)") from None
+    if value <= 0 or not math.isfinite(value):
+        raise ValueError(f"duration must be positive: {text!r}")
+    return value

@@ -1,0 +1,283 @@
+"""The Python face of the Rust sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Union
+
+from agentrl import _core
+from agentrl.limits import Limits
+from agentrl.result import ExecResult
+
+__all__ = ["Bind", "Sandbox"]
+
+StrOrBytesPath = Union[str, bytes, os.PathLike]
+
+
+@dataclass(frozen=True)
+class Bind:
+    """An extra bind mount into the box."""
+
+    source: str
+    """Host path (file or directory); must exist."""
+    target: str | None = None
+    """Absolute path inside the box (default: the same as ``source``)."""
+    writable: bool = False
+    """Read-write. Writes reach the host: only for data you mean to share."""
+
+
+def _interpreter_paths() -> list[str]:
+    """The running interpreter's installation: prefix, base prefix and virtualenv."""
+    seen: list[str] = []
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        for q in (p, os.path.realpath(p)):
+            if q and q not in seen and os.path.isdir(q):
+                seen.append(q)
+    exe_dir = os.path.dirname(os.path.realpath(sys.executable))
+    if exe_dir and not any(exe_dir.startswith(s + os.sep) or exe_dir == s for s in seen):
+        seen.append(exe_dir)
+    return seen
+
+
+def _to_bytes(name: str, v: object) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, (str, os.PathLike)):
+        return os.fsencode(v)
+    raise TypeError(f"{name} must be str, bytes or a path, got {type(v).__name__}")
+
+
+def _bind_tuple(b: object) -> tuple[str, str, bool]:
+    if isinstance(b, Bind):
+        src, dst, rw = b.source, b.target or b.source, b.writable
+    elif isinstance(b, (str, os.PathLike)):
+        src = dst = os.fspath(b)
+        rw = False
+    elif isinstance(b, tuple) and len(b) in (2, 3):
+        src, dst = os.fspath(b[0]), os.fspath(b[1])
+        rw = bool(b[2]) if len(b) == 3 else False
+    else:
+        raise TypeError(f"binds entries must be Bind, a path or (source, target[, writable]), got {b!r}")
+    if not isinstance(src, str) or not isinstance(dst, str):
+        raise TypeError("bind paths must be str")
+    if not os.path.isabs(dst):
+        raise ValueError(f"bind target {dst!r} must be absolute")
+    return (os.path.abspath(src), dst, rw)
+
+
+def _env_pairs(name: str, env: Mapping[str, str] | None) -> list[tuple[str, str]]:
+    if env is None:
+        return []
+    if not isinstance(env, Mapping):
+        raise TypeError(f"{name} must be a mapping of str to str, got {type(env).__name__}")
+    out = []
+    for k, v in env.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"{name} keys and values must be str, got {k!r}: {v!r}")
+        if not k or "=" in k or "\0" in k:
+            raise ValueError(f"{name}: invalid variable name {k!r}")
+        if "\0" in v:
+            raise ValueError(f"{name}: value of {k} contains a NUL byte")
+        out.append((k, v))
+    return out
+
+
+class Sandbox:
+    """An isolated execution environment for untrusted programs.
+
+    Each :meth:`run` happens in a fresh box: new user, mount, pid, ipc, uts, cgroup and
+    network namespaces; a read-only root of the system runtime and this interpreter's
+    installation; a fresh tmpfs for ``/work`` (the working directory), ``/tmp`` and
+    ``/dev/shm``; an unprivileged identity with no capabilities; a seccomp allowlist; and the
+    limits of :class:`Limits`. A sandbox may be used from many threads at once; the GIL is
+    released while a run is in flight.
+
+    ``network=True`` shares the host's network with the box. That is **unsafe**: the program
+    can reach every service the host can. Leave it off for untrusted code.
+
+    ``degraded=True`` accepts rlimit-only enforcement where cgroups are unavailable (memory
+    becomes an address-space limit, CPU time is per process); without it, a missing cgroup
+    controller is a :class:`SandboxError`.
+    """
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        network: bool = False,
+        binds: Iterable[Bind | str | tuple] = (),
+        env: Mapping[str, str] | None = None,
+        *,
+        max_concurrency: int | None = None,
+        degraded: bool = False,
+        cgroup_parent: str | None = None,
+    ) -> None:
+        if limits is None:
+            limits = Limits()
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
+        if max_concurrency is None:
+            max_concurrency = max(4, 2 * (os.cpu_count() or 1))
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+            raise TypeError("max_concurrency must be an int")
+        if not 1 <= max_concurrency <= 4096:
+            raise ValueError(f"max_concurrency must be between 1 and 4096, got {max_concurrency}")
+        self._limits = limits
+        self._network = bool(network)
+        bin_dir = os.path.dirname(os.path.realpath(sys.executable))
+        base_env = {
+            "PATH": f"{os.path.dirname(sys.executable)}:{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/work",
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "USER": "sandbox",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        base_env.update(dict(_env_pairs("env", env)))
+        self._inner = _core.Sandbox(
+            limits._as_tuple(),
+            self._network,
+            _interpreter_paths(),
+            [_bind_tuple(b) for b in binds],
+            list(base_env.items()),
+            max_concurrency,
+            bool(degraded),
+            cgroup_parent,
+        )
+        self._closed = False
+
+    @property
+    def limits(self) -> Limits:
+        """The default limits of each run."""
+        return self._limits
+
+    @property
+    def network(self) -> bool:
+        """Whether boxes share the host network (unsafe)."""
+        return self._network
+
+    @property
+    def cgroup_version(self) -> str | None:
+        """``"v1"`` or ``"v2"``: which cgroup hierarchy enforces memory and pids."""
+        return self._inner.cgroup_version
+
+    @property
+    def python(self) -> str:
+        """Path of this interpreter, usable inside the box."""
+        return sys.executable
+
+    def run(
+        self,
+        argv: Sequence[StrOrBytesPath],
+        *,
+        stdin: bytes | str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        collect: Iterable[str] = (),
+        limits: Limits | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Runs ``argv`` in a fresh box and returns its verdict.
+
+        ``files`` are written into the work dir first (relative paths); ``collect`` names
+        files to hand back afterwards (never following a symlink out of the box). ``limits``
+        replaces the sandbox's limits for this run; ``env`` adds to its environment.
+        """
+        if isinstance(argv, (str, bytes)):
+            raise TypeError("argv must be a sequence of arguments, not a single string")
+        args = [_to_bytes("argv items", a) for a in argv]
+        if not args:
+            raise ValueError("argv is empty")
+        for a in args:
+            if b"\0" in a:
+                raise ValueError(f"argv item {a!r} contains a NUL byte")
+        if not args[0]:
+            raise ValueError("argv[0] is empty")
+        if stdin is None:
+            data = b""
+        elif isinstance(stdin, str):
+            data = stdin.encode()
+        elif isinstance(stdin, (bytes, bytearray, memoryview)):
+            data = bytes(stdin)
+        else:
+            raise TypeError(f"stdin must be bytes or str, got {type(stdin).__name__}")
+        file_list: list[tuple[str, bytes]] = []
+        if files is not None:
+            if not isinstance(files, Mapping):
+                raise TypeError("files must be a mapping of relative path to bytes or str")
+            for name, content in files.items():
+                if not isinstance(name, str):
+                    raise TypeError(f"file names must be str, got {name!r}")
+                if isinstance(content, str):
+                    content = content.encode()
+                elif not isinstance(content, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"contents of {name!r} must be bytes or str")
+                file_list.append((name, bytes(content)))
+        if isinstance(collect, str):
+            raise TypeError("collect must be a sequence of relative paths, not a single string")
+        names = list(collect)
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"collect entries must be str, got {n!r}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
+        if cwd is not None and not isinstance(cwd, str):
+            raise TypeError("cwd must be a str")
+        raw = self._inner.run(
+            args,
+            data,
+            file_list,
+            names,
+            None if limits is None else limits._as_tuple(),
+            cwd,
+            _env_pairs("env", env),
+        )
+        return ExecResult._from_core(raw)
+
+    def run_python(
+        self,
+        source: str,
+        *,
+        stdin: bytes | str | None = None,
+        files: Mapping[str, bytes | str] | None = None,
+        collect: Iterable[str] = (),
+        limits: Limits | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
+        """Runs Python ``source`` with this interpreter in a fresh box (isolated mode)."""
+        if not isinstance(source, str):
+            raise TypeError("source must be a str")
+        all_files = dict(files or {})
+        all_files["__main__.py"] = source
+        return self.run(
+            [sys.executable, "-I", "__main__.py"],
+            stdin=stdin,
+            files=all_files,
+            collect=collect,
+            limits=limits,
+            env=env,
+        )
+
+    async def arun(self, argv: Sequence[StrOrBytesPath], **kwargs: object) -> ExecResult:
+        """:meth:`run` without blocking the event loop (runs on the loop's executor)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: self.run(argv, **kwargs))  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Waits for runs in flight, stops the slots and removes the cgroups. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._inner.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<agentrl.Sandbox {state} network={self._network} cgroup={self.cgroup_version}>"

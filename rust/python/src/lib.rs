@@ -1,0 +1,153 @@
+//! `agentrl._core`: the thin PyO3 binding over the Rust crates.
+//!
+//! Each method converts its arguments, releases the GIL for the real work (`py.detach`) and
+//! maps errors through [`to_py`] into one exception tree rooted at `AgentRLError`. The Python
+//! package (`python/agentrl`) wraps these handles with validation, docs and asyncio support.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use agentrl_sandbox as sb;
+
+create_exception!(_core, AgentRLError, PyException, "Base class of every agentrl error.");
+create_exception!(_core, SandboxError, AgentRLError, "The sandbox could not be set up or used.");
+
+/// Maps a crate error to the Python exception tree.
+fn to_py(e: sb::Error) -> PyErr {
+    match e {
+        sb::Error::InvalidArgument { .. } => PyValueError::new_err(e.to_string()),
+        sb::Error::Setup { .. } | sb::Error::Closed => SandboxError::new_err(e.to_string()),
+    }
+}
+
+type LimitsTuple = (f64, f64, u64, u64, u64, u64, u64, u64);
+
+fn limits_from(t: LimitsTuple) -> sb::Limits {
+    sb::Limits {
+        wall_time_s: t.0,
+        cpu_time_s: t.1,
+        memory_bytes: t.2,
+        max_pids: t.3,
+        max_output_bytes: t.4,
+        max_file_bytes: t.5,
+        max_open_files: t.6,
+        tmpfs_bytes: t.7,
+    }
+}
+
+/// Handle of a Rust sandbox.
+#[pyclass(frozen, name = "Sandbox", module = "agentrl._core")]
+struct PySandbox {
+    inner: Arc<sb::Sandbox>,
+}
+
+#[pymethods]
+impl PySandbox {
+    #[new]
+    #[pyo3(signature = (limits, network, system_paths, binds, env, max_concurrency, degraded, cgroup_parent=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        limits: LimitsTuple,
+        network: bool,
+        system_paths: Vec<PathBuf>,
+        binds: Vec<(PathBuf, PathBuf, bool)>,
+        env: Vec<(String, String)>,
+        max_concurrency: usize,
+        degraded: bool,
+        cgroup_parent: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let config = sb::SandboxConfig {
+            limits: limits_from(limits),
+            network,
+            system_paths,
+            binds: binds.into_iter().map(|(source, target, writable)| sb::Bind { source, target, writable }).collect(),
+            env,
+            max_concurrency,
+            degraded,
+            cgroup_parent,
+            ..sb::SandboxConfig::default()
+        };
+        let inner = py.detach(|| sb::Sandbox::new(config)).map_err(to_py)?;
+        Ok(PySandbox { inner: Arc::new(inner) })
+    }
+
+    /// Runs one program; returns a dict of the verdict fields.
+    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env))]
+    #[allow(clippy::too_many_arguments)]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        argv: Vec<Vec<u8>>,
+        stdin: Vec<u8>,
+        files: Vec<(String, Vec<u8>)>,
+        collect: Vec<String>,
+        limits: Option<LimitsTuple>,
+        cwd: Option<String>,
+        env: Vec<(String, String)>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let req = sb::RunRequest { argv, stdin, files, collect, limits: limits.map(limits_from), cwd, env };
+        let inner = self.inner.clone();
+        let r = py.detach(move || inner.run(req)).map_err(to_py)?;
+        result_dict(py, r)
+    }
+
+    /// Stops the slots and removes the cgroups. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let inner = self.inner.clone();
+        py.detach(move || inner.close());
+    }
+
+    /// "v1", "v2", or None in degraded mode.
+    #[getter]
+    fn cgroup_version(&self) -> Option<&'static str> {
+        self.inner.cgroup_version().map(|v| match v {
+            sb::cgroup::Version::V1 => "v1",
+            sb::cgroup::Version::V2 => "v2",
+        })
+    }
+
+    /// Slots (concurrent boxes) created so far.
+    #[getter]
+    fn slots(&self) -> usize {
+        self.inner.slots()
+    }
+}
+
+fn result_dict<'py>(py: Python<'py>, r: sb::ExecResult) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("status", r.status.as_str())?;
+    d.set_item("exit_code", r.exit_code)?;
+    d.set_item("signal", r.signal)?;
+    d.set_item("stdout", PyBytes::new(py, &r.stdout))?;
+    d.set_item("stderr", PyBytes::new(py, &r.stderr))?;
+    d.set_item("stdout_truncated", r.stdout_truncated)?;
+    d.set_item("stderr_truncated", r.stderr_truncated)?;
+    d.set_item("wall_time_s", r.wall_time_s)?;
+    d.set_item("cpu_time_s", r.cpu_time_s)?;
+    d.set_item("peak_memory_bytes", r.peak_memory_bytes)?;
+    d.set_item("limit", r.limit.map(|l| l.as_str()))?;
+    d.set_item("denied_syscalls", r.denied_syscalls)?;
+    let files = PyDict::new(py);
+    for (k, v) in r.files {
+        files.set_item(k, PyBytes::new(py, &v))?;
+    }
+    d.set_item("files", files)?;
+    d.set_item("truncated_files", r.truncated_files)?;
+    d.set_item("error", r.error)?;
+    Ok(d)
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySandbox>()?;
+    m.add("AgentRLError", m.py().get_type::<AgentRLError>())?;
+    m.add("SandboxError", m.py().get_type::<SandboxError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

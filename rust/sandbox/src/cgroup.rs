@@ -1,0 +1,2339 @@
+//! Control groups for sandbox slots, on cgroup v2 (unified) or cgroup v1 hosts.
+//!
+//! A sandbox has N concurrency *slots*. Each slot owns one cgroup (v2) or one cgroup per
+//! hierarchy (v1: `memory`, `pids`, `cpuacct`). Cgroups are created once, reused for every run
+//! in that slot, and removed when the [`Slot`] is dropped; the private base cgroup that holds
+//! the slots is removed once the [`Manager`] and all of its slots are gone. Per-run work is a
+//! handful of small reads and writes through directory fds (`openat`), never a directory scan.
+//!
+//! # Detection
+//!
+//! * **v2**: the cgroup root (`/sys/fs/cgroup`, injectable with [`Manager::with_root`]) has a
+//!   `cgroup.controllers` file, i.e. a pure unified hierarchy is mounted there.
+//! * **v1**: otherwise the `memory`, `pids` and `cpuacct` controllers must each be mounted in a
+//!   directory below the root, either under their own name or co-mounted (e.g. `cpu,cpuacct`).
+//!   A hybrid host (v1 controllers plus an empty `unified` v2 mount) is treated as v1.
+//!
+//! # Where the base cgroup goes
+//!
+//! A private base `agentrl-<pid>-<n>` is created; slots are `slot-<index>` below it.
+//!
+//! * v1: under this process's own cgroup in each hierarchy (from `/proc/self/cgroup`), so the
+//!   sandbox stays inside any limits that already apply to us (a container's memory limit, …).
+//!   v1 has no "no internal processes" rule, so this always works.
+//! * v2: under this process's own cgroup only if that cgroup has no processes (rare, since we
+//!   are in it) or is the root. Otherwise cgroup v2's "no internal processes" rule forbids
+//!   enabling controllers there, and the base goes directly under the hierarchy root (which
+//!   needs root privileges). Along the path from the root to the chosen parent, and in the base
+//!   itself, `+memory +pids` (required) and `+cpu` (when available) are written to
+//!   `cgroup.subtree_control` where missing. Users with a delegated subtree (e.g. systemd
+//!   `Delegate=yes`) pass it as `parent`; then nothing is written above it unless a controller
+//!   is missing there.
+//!
+//! If the own-cgroup path from `/proc/self/cgroup` is not visible under the mount (a container
+//! without a cgroup namespace that bind-mounts its subtree), the mount's root from
+//! `/proc/self/mountinfo` is stripped from it; failing that, the visible top of the mount is
+//! used.
+//!
+//! # What is reset per run ([`Slot::prepare_run`])
+//!
+//! * The peak memory watermark: v1 writes `0` to `memory.max_usage_in_bytes`; v2 writes to
+//!   `memory.peak` through an fd kept open for the slot's lifetime (on Linux 6.12+ that reset is
+//!   local to the fd, which is why it is kept open). Both resets set the watermark to the
+//!   *current* usage, so memory still charged from earlier runs (page cache, tmpfs files) counts.
+//! * Baselines of the CPU time, the OOM-kill counter and the pids `max` event counter, so that
+//!   [`Slot::cpu_time_ns`] and [`Slot::usage`] report per-run figures.
+//!
+//! # Exactness of the per-run figures
+//!
+//! | figure | v1 | v2 |
+//! |---|---|---|
+//! | `cpu_time_ns` | exact (`cpuacct.usage`, ns; may lag a running task by one tick) | exact (`cpu.stat usage_usec`, µs) |
+//! | `peak_memory_bytes` | exact | 6.12+: exact. 5.19–6.11 (`memory.peak` not resettable): exact only when the run raised the slot's lifetime peak, else the largest [`Slot::sample_memory`] value (a lower bound, `peak_memory_exact == false`) or `None`. Before 5.19: samples only |
+//! | `oom_killed` | 4.13+: `memory.oom_control` `oom_kill` rose (exact); older: `memory.failcnt` rose, i.e. the limit was *hit* (may be true without a kill) | `memory.events` `oom_kill` rose (exact) |
+//! | `pids_limit_hit` | `pids.events` `max` rose (false if the file is absent) | `pids.events` `max` rose |
+//!
+//! All figures assume only one run uses a slot at a time and that no process from an earlier
+//! run is left in it (call [`Slot::kill_all`] between runs).
+//!
+//! # Fake trees
+//!
+//! When the root given to [`Manager::with_root`] is not a cgroup filesystem (checked with
+//! `statfs`), the manager runs in *fake* mode for tests: after creating a directory it writes the
+//! interface files the kernel would have created (with default contents), writes truncate the
+//! file, a `memory.peak` reset writes `0`, and removal deletes those files first.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where cgroup file systems are mounted on a normal host.
+pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
+
+/// Prefix of the private base cgroup's name: `agentrl-<pid>-<n>`.
+const BASE_PREFIX: &str = "agentrl-";
+/// How long [`Slot::kill_all`] waits for killed processes to leave the cgroup.
+const KILL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long removal retries `rmdir` while it answers `EBUSY` (processes still exiting).
+const RMDIR_TIMEOUT: Duration = Duration::from_millis(500);
+
+const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
+const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+
+/// v2 controllers that must be available to the slots.
+const V2_REQUIRED: [&str; 2] = ["memory", "pids"];
+/// v2 controllers enabled when the parent offers them.
+const V2_OPTIONAL: [&str; 1] = ["cpu"];
+/// v1 controllers a slot uses, indexed by [`MEM`], [`PIDS`], [`CPU`].
+const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpuacct"];
+const MEM: usize = 0;
+const PIDS: usize = 1;
+const CPU: usize = 2;
+
+/// Value v1 reports for an unlimited memory limit (`PAGE_COUNTER_MAX` pages, 4 KiB pages).
+const V1_UNLIMITED: &str = "9223372036854771712\n";
+
+/// Which cgroup version the manager drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// Legacy per-controller hierarchies (`memory`, `pids`, `cpuacct`).
+    V1,
+    /// The unified hierarchy.
+    V2,
+}
+
+/// How [`Usage::peak_memory_bytes`] is obtained for a slot (depends on the kernel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeakMemory {
+    /// The watermark is reset before each run: exact per run (v1; v2 on Linux 6.12+).
+    PerRun,
+    /// v2 `memory.peak` exists but cannot be reset (Linux 5.19–6.11): exact only when a run
+    /// raises the slot's lifetime peak; otherwise [`Slot::sample_memory`] values are used.
+    LifetimeOnly,
+    /// No peak counter (v2 before 5.19): only [`Slot::sample_memory`] values.
+    Unavailable,
+}
+
+/// A cgroup operation failed; `what` names the file or directory and what is missing.
+#[derive(Debug)]
+pub struct CgroupError {
+    /// What failed, naming the path involved and, where known, what the host lacks.
+    pub what: String,
+    /// The underlying I/O error, if any.
+    pub source: Option<io::Error>,
+}
+
+impl CgroupError {
+    fn msg(what: impl Into<String>) -> Self {
+        CgroupError {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    fn io(what: impl Into<String>, source: io::Error) -> Self {
+        CgroupError {
+            what: what.into(),
+            source: Some(source),
+        }
+    }
+}
+
+impl fmt::Display for CgroupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            Some(e) => write!(f, "{}: {}", self.what, e),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+impl std::error::Error for CgroupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Per-run resource figures, see the module docs for their exactness.
+#[derive(Debug, Clone, Default)]
+pub struct Usage {
+    /// CPU time (user + system) of all processes in the slot since [`Slot::prepare_run`].
+    pub cpu_time_ns: u64,
+    /// Peak memory charged to the slot during the run, when known.
+    pub peak_memory_bytes: Option<u64>,
+    /// `true` when `peak_memory_bytes` is the exact per-run peak; `false` when it is a lower
+    /// bound from [`Slot::sample_memory`] (or absent).
+    pub peak_memory_exact: bool,
+    /// The OOM killer killed a process of the slot during the run (v1 before 4.13: the memory
+    /// limit was hit).
+    pub oom_killed: bool,
+    /// A fork failed during the run because the pids limit was reached.
+    pub pids_limit_hit: bool,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Low-level file helpers.
+
+fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)?;
+    Ok(OwnedFd::from(f))
+}
+
+/// `openat(dir, name, flags | O_CLOEXEC)`, retried on `EINTR`.
+fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int) -> io::Result<File> {
+    loop {
+        // SAFETY: `name` is a NUL-terminated string that outlives the call and `dir` is an open
+        // descriptor borrowed for the duration of the call.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC | libc::O_NOCTTY,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: `fd` was just returned by `openat`, is valid and owned by nobody else.
+            return Ok(unsafe { File::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads a whole small file from offset 0 into `buf` (cgroup files regenerate on a read at 0).
+fn read_into<'a>(file: &File, buf: &'a mut [u8]) -> io::Result<&'a [u8]> {
+    let mut n = 0;
+    loop {
+        if n == buf.len() {
+            return Err(io::Error::new(
+                ErrorKind::InvalidData,
+                "file is larger than expected",
+            ));
+        }
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => return Ok(&buf[..n]),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads a whole file of any size from offset 0.
+fn read_vec(file: &File) -> io::Result<Vec<u8>> {
+    let mut out = vec![0u8; 4096];
+    let mut n = 0;
+    loop {
+        if n == out.len() {
+            out.resize(n * 2, 0);
+        }
+        match file.read_at(&mut out[n..], n as u64) {
+            Ok(0) => {
+                out.truncate(n);
+                return Ok(out);
+            }
+            Ok(k) => n += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes `data` with one `pwrite` at offset 0 (cgroup files must get a value in one write).
+/// In fake mode the file is then truncated to the written length.
+fn write_once(file: &File, data: &[u8], fake: bool) -> io::Result<()> {
+    loop {
+        match file.write_at(data, 0) {
+            Ok(n) if n == data.len() => break,
+            Ok(n) => {
+                return Err(io::Error::new(
+                    ErrorKind::WriteZero,
+                    format!("short write ({n} of {} bytes)", data.len()),
+                ))
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if fake {
+        file.set_len(data.len() as u64)?;
+    }
+    Ok(())
+}
+
+fn write_path(path: &Path, data: &str, fake: bool) -> io::Result<()> {
+    let f = OpenOptions::new().write(true).truncate(fake).open(path)?;
+    write_once(&f, data.as_bytes(), fake)
+}
+
+fn read_path(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path)
+        .map_err(|e| CgroupError::io(format!("cannot read {}", path.display()), e))
+}
+
+fn parse_u64(data: &[u8]) -> Option<u64> {
+    std::str::from_utf8(data).ok()?.trim().parse().ok()
+}
+
+/// Value of the `key value` line named `key` in a flat-keyed cgroup file.
+fn keyed_u64(data: &[u8], key: &str) -> Option<u64> {
+    std::str::from_utf8(data).ok()?.lines().find_map(|line| {
+        let mut it = line.split_whitespace();
+        if it.next()? == key {
+            it.next()?.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
+fn parse_pids(data: &[u8]) -> Vec<libc::pid_t> {
+    std::str::from_utf8(data)
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+/// Formats `v` in decimal into `buf` without allocating.
+fn fmt_u64(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+fn limit_string(limit: Option<u64>, unlimited: &str) -> String {
+    limit.map_or_else(|| unlimited.to_string(), |v| v.to_string())
+}
+
+fn is_cgroupfs(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` points to writable memory large enough for
+    // a `struct statfs`.
+    let r = unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) };
+    if r != 0 {
+        return false;
+    }
+    // SAFETY: `statfs` returned 0, so it filled in `st`.
+    let st = unsafe { st.assume_init() };
+    let t = st.f_type as u64;
+    t == CGROUP_SUPER_MAGIC || t == CGROUP2_SUPER_MAGIC
+}
+
+fn sigkill(pid: libc::pid_t) {
+    if pid <= 0 || pid as u32 == std::process::id() {
+        return;
+    }
+    // SAFETY: kill(2) takes plain integers and has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+fn pid_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks for existence; no memory is involved.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Sleeps with exponential back-off, starting at 50 µs and capped at 10 ms.
+fn backoff(pause: &mut Duration) {
+    std::thread::sleep(*pause);
+    *pause = (*pause * 2).min(Duration::from_millis(10));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fake trees (tests).
+
+const FAKE_V2_FILES: &[(&str, &str)] = &[
+    ("cgroup.procs", ""),
+    ("cgroup.subtree_control", ""),
+    ("cgroup.events", "populated 0\nfrozen 0\n"),
+    ("cgroup.kill", ""),
+    ("cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n"),
+    ("memory.current", "0\n"),
+    ("memory.max", "max\n"),
+    ("memory.swap.max", "max\n"),
+    ("memory.peak", "0\n"),
+    (
+        "memory.events",
+        "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n",
+    ),
+    ("pids.current", "0\n"),
+    ("pids.max", "max\n"),
+    ("pids.events", "max 0\n"),
+];
+
+const FAKE_V1_FILES: &[(&str, &str)] = &[
+    ("cgroup.procs", ""),
+    ("tasks", ""),
+    ("memory.limit_in_bytes", V1_UNLIMITED),
+    ("memory.memsw.limit_in_bytes", V1_UNLIMITED),
+    ("memory.max_usage_in_bytes", "0\n"),
+    ("memory.usage_in_bytes", "0\n"),
+    ("memory.failcnt", "0\n"),
+    (
+        "memory.oom_control",
+        "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+    ),
+    ("pids.max", "max\n"),
+    ("pids.events", "max 0\n"),
+    ("cpuacct.usage", "0\n"),
+];
+
+/// Creates the interface files the kernel would create in a new cgroup directory `dir`.
+fn fake_populate(dir: &Path, version: Version) -> io::Result<()> {
+    let files = match version {
+        Version::V1 => FAKE_V1_FILES,
+        Version::V2 => {
+            let parent = dir.parent().unwrap_or(dir);
+            let enabled = fs::read_to_string(parent.join("cgroup.subtree_control"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(|c| c.trim_start_matches('+'))
+                .collect::<Vec<_>>()
+                .join(" ");
+            fs::write(dir.join("cgroup.controllers"), enabled + "\n")?;
+            FAKE_V2_FILES
+        }
+    };
+    for (name, content) in files {
+        fs::write(dir.join(name), content)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Directory removal.
+
+/// Removes one cgroup directory, retrying while the kernel answers `EBUSY`. A missing directory
+/// counts as removed.
+fn remove_cgroup_dir(path: &Path, fake: bool) -> io::Result<()> {
+    if fake {
+        if let Ok(entries) = fs::read_dir(path) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_file()) {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+    let deadline = Instant::now() + RMDIR_TIMEOUT;
+    let mut pause = Duration::from_micros(50);
+    loop {
+        match fs::remove_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) if errno(&e) == libc::EBUSY && Instant::now() < deadline => backoff(&mut pause),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Removes `dir` and every cgroup below it, depth first. With `kill`, processes found in each
+/// cgroup are SIGKILLed first. Returns whether `dir` is gone.
+fn remove_tree(dir: &Path, fake: bool, kill: bool) -> bool {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path(), fake, kill);
+            }
+        }
+    }
+    if kill {
+        let deadline = Instant::now() + KILL_TIMEOUT;
+        let mut pause = Duration::from_micros(50);
+        loop {
+            let pids = fs::read(dir.join("cgroup.procs"))
+                .map(|d| parse_pids(&d))
+                .unwrap_or_default();
+            if pids.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            pids.into_iter().for_each(sigkill);
+            backoff(&mut pause);
+        }
+    }
+    remove_cgroup_dir(dir, fake).is_ok()
+}
+
+/// The private base cgroup directories (one per hierarchy). Shared by the [`Manager`] and its
+/// slots, so that it is removed only after every slot is gone, whatever the drop order.
+#[derive(Debug)]
+struct BaseDirs {
+    dirs: Vec<PathBuf>,
+    fake: bool,
+}
+
+impl Drop for BaseDirs {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            if remove_cgroup_dir(d, self.fake).is_err() {
+                // Leaked slots (e.g. `mem::forget`): kill and remove whatever is below.
+                remove_tree(d, self.fake, true);
+            }
+        }
+    }
+}
+
+/// Removes directories created so far unless disarmed.
+struct DirGuard {
+    dirs: Vec<PathBuf>,
+    fake: bool,
+}
+
+impl DirGuard {
+    fn disarm(mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.dirs)
+    }
+}
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        for d in self.dirs.iter().rev() {
+            let _ = remove_cgroup_dir(d, self.fake);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery.
+
+/// This process's cgroup path in the unified hierarchy (`ctrl == None`, line `0::<path>`) or in
+/// the v1 hierarchy that carries `ctrl`, from the text of `/proc/self/cgroup`.
+fn own_cgroup<'a>(self_cgroup: &'a str, ctrl: Option<&str>) -> Option<&'a str> {
+    self_cgroup.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let hit = match ctrl {
+            None => id == "0" && ctrls.is_empty(),
+            Some(c) => ctrls.split(',').any(|x| x == c),
+        };
+        hit.then_some(path)
+    })
+}
+
+/// The root (4th field) of the mount at `mount_point`, from the text of `/proc/self/mountinfo`.
+fn mount_root_of(mountinfo: &str, mount_point: &Path) -> Option<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            (f.len() > 4 && Path::new(f[4]) == mount_point).then(|| PathBuf::from(f[3]))
+        })
+        .next_back()
+}
+
+/// Resolves a cgroup path `rel` (as in `/proc/self/cgroup`) to a directory under `mount`.
+fn resolve_own(mount: &Path, rel: &str, mountinfo: &dyn Fn() -> String) -> PathBuf {
+    let direct = mount.join(rel.trim_start_matches('/'));
+    if direct.is_dir() {
+        return direct;
+    }
+    let canon = fs::canonicalize(mount).unwrap_or_else(|_| mount.to_path_buf());
+    if let Some(mroot) = mount_root_of(&mountinfo(), &canon) {
+        if let Ok(rest) = Path::new(rel).strip_prefix(&mroot) {
+            let p = mount.join(rest);
+            if p.is_dir() {
+                return p;
+            }
+        }
+    }
+    mount.to_path_buf()
+}
+
+/// Finds the v1 hierarchy carrying `ctrl` below `root`: `root/<ctrl>` or a co-mounted
+/// directory such as `root/cpu,cpuacct`.
+fn find_v1_mount(root: &Path, ctrl: &str) -> Option<PathBuf> {
+    let direct = root.join(ctrl);
+    if direct.join("cgroup.procs").is_file() {
+        return Some(direct);
+    }
+    for e in fs::read_dir(root).ok()?.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.split(',').any(|c| c == ctrl) && e.path().join("cgroup.procs").is_file() {
+            return Some(e.path());
+        }
+    }
+    None
+}
+
+fn has_processes(dir: &Path) -> Result<bool, CgroupError> {
+    Ok(read_path(&dir.join("cgroup.procs"))?
+        .split_whitespace()
+        .next()
+        .is_some())
+}
+
+/// Makes sure the children of v2 cgroup `dir` get the required (and available optional)
+/// controllers, writing `cgroup.subtree_control` only where something is missing.
+fn ensure_controllers(dir: &Path, fake: bool) -> Result<(), CgroupError> {
+    let avail_text = read_path(&dir.join("cgroup.controllers"))?;
+    let avail: Vec<&str> = avail_text.split_whitespace().collect();
+    for r in V2_REQUIRED {
+        if !avail.contains(&r) {
+            return Err(CgroupError::msg(format!(
+                "cgroup v2 controller '{r}' is not available in {} (available: '{}'); it may be \
+                 bound to a cgroup v1 hierarchy, or not delegated to this subtree",
+                dir.join("cgroup.controllers").display(),
+                avail_text.trim()
+            )));
+        }
+    }
+    let control = dir.join("cgroup.subtree_control");
+    let enabled_text = read_path(&control)?;
+    let enabled: Vec<&str> = enabled_text
+        .split_whitespace()
+        .map(|c| c.trim_start_matches('+'))
+        .collect();
+    let missing_req: Vec<&str> = V2_REQUIRED
+        .into_iter()
+        .filter(|c| !enabled.contains(c))
+        .collect();
+    let missing_opt: Vec<&str> = V2_OPTIONAL
+        .into_iter()
+        .filter(|c| avail.contains(c) && !enabled.contains(c))
+        .collect();
+    let write = |list: &[&str]| {
+        // A fake file does not accumulate like the kernel's, so write the union there.
+        let keep: &[&str] = if fake { &enabled } else { &[] };
+        let text: Vec<String> = keep.iter().chain(list).map(|c| format!("+{c}")).collect();
+        write_path(&control, &text.join(" "), fake)
+    };
+    let all: Vec<&str> = missing_req.iter().chain(&missing_opt).copied().collect();
+    if all.is_empty() {
+        return Ok(());
+    }
+    let result = match write(&all) {
+        Err(_) if !missing_opt.is_empty() && missing_req.is_empty() => Ok(()),
+        Err(_) if !missing_opt.is_empty() => write(&missing_req),
+        r => r,
+    };
+    result.map_err(|e| {
+        let why = match errno(&e) {
+            libc::EBUSY => {
+                "the cgroup has processes, and cgroup v2 forbids enabling controllers for the \
+                 children of a cgroup with processes ('no internal processes' rule); pass a \
+                 parent cgroup without processes (e.g. a delegated subtree)"
+            }
+            libc::EACCES | libc::EPERM | libc::EROFS => {
+                "it is not writable by this process; run as root or pass a delegated parent"
+            }
+            _ => "the kernel refused the write",
+        };
+        let wanted: Vec<String> = all.iter().map(|c| format!("+{c}")).collect();
+        CgroupError::io(
+            format!(
+                "cannot enable '{}' in {}: {why}",
+                wanted.join(" "),
+                control.display()
+            ),
+            e,
+        )
+    })
+}
+
+/// Creates `agentrl-<pid>-<n>` under every parent (same name in each), picking a fresh `n`
+/// when the name is taken.
+fn make_base(
+    parents: &[PathBuf],
+    fake: bool,
+    version: Version,
+) -> Result<Vec<PathBuf>, CgroupError> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    for _ in 0..1000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{BASE_PREFIX}{}-{n}", std::process::id());
+        let mut guard = DirGuard {
+            dirs: Vec::new(),
+            fake,
+        };
+        let mut taken = false;
+        for p in parents {
+            let d = p.join(&name);
+            match fs::create_dir(&d) {
+                Ok(()) => guard.dirs.push(d.clone()),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    taken = true;
+                    break;
+                }
+                Err(e) => {
+                    return Err(CgroupError::io(
+                        format!("cannot create cgroup directory {}", d.display()),
+                        e,
+                    ))
+                }
+            }
+            if fake {
+                fake_populate(&d, version).map_err(|e| {
+                    CgroupError::io(format!("cannot populate fake cgroup {}", d.display()), e)
+                })?;
+            }
+        }
+        if !taken {
+            return Ok(guard.disarm());
+        }
+    }
+    Err(CgroupError::msg(format!(
+        "cannot find a free base cgroup name under {}",
+        parents[0].display()
+    )))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manager.
+
+/// Owns the private base cgroup and creates [`Slot`]s below it.
+///
+/// The base directories are removed when the manager *and* all slots it created have been
+/// dropped (slots keep the base alive), so drop order does not matter; removal never panics.
+#[derive(Debug)]
+pub struct Manager {
+    version: Version,
+    fake: bool,
+    /// Parent directory of the base, one per hierarchy (v2: one).
+    parents: Vec<PathBuf>,
+    base: Arc<BaseDirs>,
+    /// Hierarchy index (into `parents` / `base.dirs`) per controller `[memory, pids, cpuacct]`.
+    ctl: [usize; 3],
+}
+
+impl Manager {
+    /// Detects v2 (pure unified at `/sys/fs/cgroup`) or v1 (`memory`, `pids` and `cpuacct`
+    /// mounted), and creates the private base cgroup `agentrl-<pid>-<n>` as described in the
+    /// module docs. `parent` overrides where the base goes: on v2 a cgroup directory (absolute,
+    /// or relative to the root); on v1 a path relative to each controller's mount, or an
+    /// absolute path inside one of them (its relative part is used for all).
+    pub fn new(parent: Option<&Path>) -> Result<Manager, CgroupError> {
+        Self::with_root(Path::new(DEFAULT_ROOT), parent)
+    }
+
+    /// [`Manager::new`] with another cgroup root, e.g. a fake tree for tests (see the module
+    /// docs on fake mode).
+    pub fn with_root(root: &Path, parent: Option<&Path>) -> Result<Manager, CgroupError> {
+        let self_cgroup = fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| CgroupError::io("cannot read /proc/self/cgroup", e))?;
+        Self::build(root, parent, &self_cgroup, &|| {
+            fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
+        })
+    }
+
+    fn build(
+        root: &Path,
+        parent: Option<&Path>,
+        self_cgroup: &str,
+        mountinfo: &dyn Fn() -> String,
+    ) -> Result<Manager, CgroupError> {
+        if root.join("cgroup.controllers").is_file() {
+            Self::build_v2(root, parent, self_cgroup, mountinfo)
+        } else {
+            Self::build_v1(root, parent, self_cgroup, mountinfo)
+        }
+    }
+
+    fn build_v2(
+        root: &Path,
+        parent: Option<&Path>,
+        self_cgroup: &str,
+        mountinfo: &dyn Fn() -> String,
+    ) -> Result<Manager, CgroupError> {
+        let fake = !is_cgroupfs(root);
+        let mut fallback_from = None;
+        let parent_dir = match parent {
+            Some(p) => {
+                let p = if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    root.join(p)
+                };
+                if !p.join("cgroup.procs").is_file() {
+                    return Err(CgroupError::msg(format!(
+                        "cgroup parent {} is not a cgroup v2 directory (no cgroup.procs)",
+                        p.display()
+                    )));
+                }
+                p
+            }
+            None => {
+                let rel = own_cgroup(self_cgroup, None).ok_or_else(|| {
+                    CgroupError::msg(
+                        "/proc/self/cgroup has no cgroup v2 entry ('0::<path>'); is this \
+                         process in the unified hierarchy?",
+                    )
+                })?;
+                let own = resolve_own(root, rel, mountinfo);
+                if own == root || !has_processes(&own)? {
+                    own
+                } else {
+                    fallback_from = Some(own);
+                    root.to_path_buf()
+                }
+            }
+        };
+        Self::setup_v2(root, parent_dir, fake).map_err(|mut e| {
+            if let Some(own) = fallback_from {
+                e.what = format!(
+                    "this process's cgroup {} has processes, so controllers cannot be enabled \
+                     below it; using the hierarchy root instead failed: {}",
+                    own.display(),
+                    e.what
+                );
+            }
+            e
+        })
+    }
+
+    fn setup_v2(root: &Path, parent_dir: PathBuf, fake: bool) -> Result<Manager, CgroupError> {
+        // Enable controllers along the path root ..= parent_dir.
+        let canon = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let (croot, cparent) = (canon(root), canon(&parent_dir));
+        let rest = cparent.strip_prefix(&croot).map_err(|_| {
+            CgroupError::msg(format!(
+                "cgroup parent {} is not inside the cgroup v2 hierarchy at {}",
+                parent_dir.display(),
+                root.display()
+            ))
+        })?;
+        let mut dir = croot.clone();
+        ensure_controllers(&dir, fake)?;
+        for c in rest.components() {
+            dir.push(c);
+            ensure_controllers(&dir, fake)?;
+        }
+        let dirs = make_base(std::slice::from_ref(&parent_dir), fake, Version::V2)?;
+        let base = Arc::new(BaseDirs { dirs, fake });
+        ensure_controllers(&base.dirs[0], fake)?;
+        Ok(Manager {
+            version: Version::V2,
+            fake,
+            parents: vec![parent_dir],
+            base,
+            ctl: [0; 3],
+        })
+    }
+
+    fn build_v1(
+        root: &Path,
+        parent: Option<&Path>,
+        self_cgroup: &str,
+        mountinfo: &dyn Fn() -> String,
+    ) -> Result<Manager, CgroupError> {
+        // Unique hierarchies (mount dir, first controller found in it) and controller mapping.
+        let mut mounts: Vec<(PathBuf, PathBuf, &str)> = Vec::new(); // (mount, canonical, ctrl)
+        let mut ctl = [0usize; 3];
+        for (i, c) in V1_CONTROLLERS.into_iter().enumerate() {
+            let m = find_v1_mount(root, c).ok_or_else(|| {
+                CgroupError::msg(format!(
+                    "cgroup v1 controller '{c}' is not mounted (looked for {} or a co-mounted \
+                     directory such as 'cpu,cpuacct'), and {} is not a cgroup v2 hierarchy (no \
+                     cgroup.controllers)",
+                    root.join(c).display(),
+                    root.display()
+                ))
+            })?;
+            let cm = fs::canonicalize(&m).unwrap_or_else(|_| m.clone());
+            ctl[i] = match mounts.iter().position(|(_, k, _)| *k == cm) {
+                Some(j) => j,
+                None => {
+                    mounts.push((m, cm, c));
+                    mounts.len() - 1
+                }
+            };
+        }
+        let fake = !is_cgroupfs(&mounts[0].0);
+        let mut parents = Vec::new();
+        for (mount, _, ctrl) in &mounts {
+            let p = match parent {
+                Some(p) if p.is_relative() => mount.join(p),
+                Some(p) => {
+                    let rel = mounts
+                        .iter()
+                        .find_map(|(m, _, _)| p.strip_prefix(m).ok())
+                        .ok_or_else(|| {
+                            CgroupError::msg(format!(
+                                "cgroup parent {} is not inside any of the v1 hierarchies {:?}",
+                                p.display(),
+                                mounts.iter().map(|m| &m.0).collect::<Vec<_>>()
+                            ))
+                        })?;
+                    mount.join(rel)
+                }
+                None => {
+                    let rel = own_cgroup(self_cgroup, Some(ctrl)).unwrap_or("/");
+                    resolve_own(mount, rel, mountinfo)
+                }
+            };
+            if !p.join("cgroup.procs").is_file() {
+                return Err(CgroupError::msg(format!(
+                    "cgroup parent {} is not a cgroup v1 directory (no cgroup.procs)",
+                    p.display()
+                )));
+            }
+            parents.push(p);
+        }
+        let dirs = make_base(&parents, fake, Version::V1)?;
+        Ok(Manager {
+            version: Version::V1,
+            fake,
+            parents,
+            base: Arc::new(BaseDirs { dirs, fake }),
+            ctl,
+        })
+    }
+
+    /// The cgroup version in use.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The private base cgroup directories (v2: one; v1: one per distinct hierarchy).
+    pub fn base_dirs(&self) -> &[PathBuf] {
+        &self.base.dirs
+    }
+
+    /// Removes base cgroups `agentrl-<pid>-<n>` left next to ours by processes that no longer
+    /// exist (a crashed earlier run), with the slots below them. Cgroups that still contain
+    /// processes are left alone (nothing is killed). Returns how many base directories were
+    /// removed. Only call this when no other process in another PID namespace shares the
+    /// parent cgroup, since such a process's pid would look dead from here.
+    pub fn remove_stale(&self) -> usize {
+        let me = std::process::id();
+        let mut removed = 0;
+        for parent in &self.parents {
+            let Ok(entries) = fs::read_dir(parent) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(pid) = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix(BASE_PREFIX))
+                    .and_then(|n| n.split_once('-'))
+                    .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+                else {
+                    continue;
+                };
+                if pid as u32 != me
+                    && !pid_alive(pid)
+                    && e.file_type().is_ok_and(|t| t.is_dir())
+                    && remove_tree(&e.path(), self.fake, false)
+                {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
+    /// Creates the cgroup(s) of slot `index` (`slot-<index>` under the base). Fails if that
+    /// slot already exists. The new slot has no limits and a fresh per-run baseline.
+    pub fn create_slot(&self, index: usize) -> Result<Slot, CgroupError> {
+        let name = format!("slot-{index}");
+        let fake = self.fake;
+        let mut guard = DirGuard {
+            dirs: Vec::new(),
+            fake,
+        };
+        let mut fds = Vec::new();
+        for base in &self.base.dirs {
+            let d = base.join(&name);
+            fs::create_dir(&d).map_err(|e| {
+                let what = if e.kind() == ErrorKind::AlreadyExists {
+                    format!("slot {index} already exists ({})", d.display())
+                } else {
+                    format!("cannot create cgroup directory {}", d.display())
+                };
+                CgroupError::io(what, e)
+            })?;
+            guard.dirs.push(d.clone());
+            if fake {
+                fake_populate(&d, self.version).map_err(|e| {
+                    CgroupError::io(format!("cannot populate fake cgroup {}", d.display()), e)
+                })?;
+            }
+            fds.push(
+                open_dir(&d)
+                    .map_err(|e| CgroupError::io(format!("cannot open {}", d.display()), e))?,
+            );
+        }
+        let dirs = &guard.dirs;
+        let fd = |c: usize| fds[self.ctl[c]].as_fd();
+        let path = |c: usize, f: &str| dirs[self.ctl[c]].join(f);
+        let exists = |c: usize, f: &str| path(c, f).exists();
+        let open = |c: usize, f: &CStr, flags| {
+            open_at(fd(c), f, flags).map_err(|e| {
+                CgroupError::io(
+                    format!("cannot open {}", path(c, &f.to_string_lossy()).display()),
+                    e,
+                )
+            })
+        };
+
+        let mut peak_file = None;
+        let mut peak_mode = PeakMemory::PerRun;
+        let (cpu_file, has_memsw, has_oom_kill_line) = match self.version {
+            Version::V2 => {
+                match open_at(fd(MEM), c"memory.swap.max", libc::O_WRONLY) {
+                    Ok(f) => write_once(&f, b"0", fake).map_err(|e| {
+                        CgroupError::io(
+                            format!(
+                                "cannot write '0' to {}",
+                                path(MEM, "memory.swap.max").display()
+                            ),
+                            e,
+                        )
+                    })?,
+                    Err(e) if e.kind() == ErrorKind::NotFound => {} // no swap accounting
+                    Err(e) => {
+                        return Err(CgroupError::io(
+                            format!("cannot open {}", path(MEM, "memory.swap.max").display()),
+                            e,
+                        ))
+                    }
+                }
+                (peak_file, peak_mode) = probe_v2_peak(fd(MEM), fake);
+                (open(CPU, c"cpu.stat", libc::O_RDONLY)?, false, true)
+            }
+            Version::V1 => {
+                let oom = read_path(&path(MEM, "memory.oom_control"))?;
+                (
+                    open(CPU, c"cpuacct.usage", libc::O_RDONLY)?,
+                    exists(MEM, "memory.memsw.limit_in_bytes"),
+                    keyed_u64(oom.as_bytes(), "oom_kill").is_some(),
+                )
+            }
+        };
+        let has_pids_events = exists(PIDS, "pids.events");
+        let has_kill = self.version == Version::V2 && exists(MEM, "cgroup.kill");
+        let mut slot = Slot {
+            version: self.version,
+            fake,
+            index,
+            dirs: guard.disarm(),
+            fds,
+            ctl: self.ctl,
+            cpu_file,
+            peak_file,
+            peak_mode,
+            has_memsw,
+            has_oom_kill_line,
+            has_pids_events,
+            has_kill,
+            mem_limit: Some(None),
+            pids_limit: Some(None),
+            baseline: Baseline::default(),
+            sampled_peak: AtomicU64::new(0),
+            _base: Arc::clone(&self.base),
+        };
+        slot.prepare_run()?;
+        Ok(slot)
+    }
+}
+
+/// Opens v2 `memory.peak` read-write and checks whether a write resets it (Linux 6.12+).
+fn probe_v2_peak(dir: BorrowedFd<'_>, fake: bool) -> (Option<File>, PeakMemory) {
+    match open_at(dir, c"memory.peak", libc::O_RDWR) {
+        Ok(f) => {
+            let mode = if write_once(&f, b"reset\n", fake).is_ok() {
+                PeakMemory::PerRun
+            } else {
+                PeakMemory::LifetimeOnly
+            };
+            (Some(f), mode)
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => (None, PeakMemory::Unavailable),
+        Err(_) => match open_at(dir, c"memory.peak", libc::O_RDONLY) {
+            Ok(f) => (Some(f), PeakMemory::LifetimeOnly),
+            Err(_) => (None, PeakMemory::Unavailable),
+        },
+    }
+}
+
+/// Per-run peak from the counters, see [`PeakMemory`]. `before` is the lifetime peak read at
+/// `prepare_run` (only meaningful for `LifetimeOnly`), `after` the counter now, `sampled` the
+/// largest sampled usage (0 = none). Returns the peak and whether it is exact.
+fn peak_for_run(
+    mode: PeakMemory,
+    before: u64,
+    after: Option<u64>,
+    sampled: u64,
+) -> (Option<u64>, bool) {
+    let sampled = (sampled > 0).then_some(sampled);
+    match (mode, after) {
+        (PeakMemory::PerRun, Some(a)) => (Some(a), true),
+        (PeakMemory::LifetimeOnly, Some(a)) if a > before => (Some(a), true),
+        _ => (sampled, false),
+    }
+}
+
+/// v1 with memsw: must `memory.memsw.limit_in_bytes` be written before
+/// `memory.limit_in_bytes` when going from limit `current` to `new` (unlimited = `u64::MAX`)?
+/// memsw must stay >= the memory limit, so raise memsw first and lower memory first.
+fn memsw_first(current: u64, new: u64) -> bool {
+    new > current
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slot.
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Baseline {
+    cpu_ns: u64,
+    oom: u64,
+    pids_max: u64,
+    peak: u64,
+}
+
+/// The cgroup(s) of one concurrency slot, reused across runs. Dropping it kills any process
+/// left in it (best effort) and removes its directories.
+#[derive(Debug)]
+pub struct Slot {
+    version: Version,
+    fake: bool,
+    index: usize,
+    /// Slot directory per hierarchy (v2: one).
+    dirs: Vec<PathBuf>,
+    /// `O_DIRECTORY` fds of `dirs`.
+    fds: Vec<OwnedFd>,
+    /// Hierarchy index per controller `[memory, pids, cpuacct]`.
+    ctl: [usize; 3],
+    /// `cpuacct.usage` (v1) or `cpu.stat` (v2), read on every CPU poll.
+    cpu_file: File,
+    /// v2 `memory.peak`, kept open because its reset is local to the fd.
+    peak_file: Option<File>,
+    peak_mode: PeakMemory,
+    has_memsw: bool,
+    has_oom_kill_line: bool,
+    has_pids_events: bool,
+    has_kill: bool,
+    /// Last limits written (`None` = unknown, e.g. after a failed write).
+    mem_limit: Option<Option<u64>>,
+    pids_limit: Option<Option<u64>>,
+    baseline: Baseline,
+    sampled_peak: AtomicU64,
+    _base: Arc<BaseDirs>,
+}
+
+impl Slot {
+    fn path(&self, c: usize, name: &CStr) -> PathBuf {
+        self.dirs[self.ctl[c]].join(&*name.to_string_lossy())
+    }
+
+    fn open(&self, c: usize, name: &CStr, flags: libc::c_int) -> Result<File, CgroupError> {
+        open_at(self.fds[self.ctl[c]].as_fd(), name, flags).map_err(|e| {
+            CgroupError::io(format!("cannot open {}", self.path(c, name).display()), e)
+        })
+    }
+
+    fn write_raw(&self, c: usize, name: &CStr, value: &[u8]) -> io::Result<()> {
+        let f = open_at(
+            self.fds[self.ctl[c]].as_fd(),
+            name,
+            libc::O_WRONLY | if self.fake { libc::O_TRUNC } else { 0 },
+        )?;
+        write_once(&f, value, self.fake)
+    }
+
+    fn write(&self, c: usize, name: &CStr, value: &str) -> Result<(), CgroupError> {
+        self.write_raw(c, name, value.as_bytes())
+            .map_err(|e| self.write_error(c, name, value, e))
+    }
+
+    fn write_error(&self, c: usize, name: &CStr, value: &str, e: io::Error) -> CgroupError {
+        let hint = if errno(&e) == libc::EBUSY && self.version == Version::V1 && c == MEM {
+            " (usage is above the new limit and could not be reclaimed, e.g. tmpfs files left \
+             by an earlier run)"
+        } else {
+            ""
+        };
+        CgroupError::io(
+            format!(
+                "cannot write '{}' to {}{hint}",
+                value.trim(),
+                self.path(c, name).display()
+            ),
+            e,
+        )
+    }
+
+    fn read_u64(&self, c: usize, name: &CStr, key: Option<&str>) -> Result<u64, CgroupError> {
+        let f = self.open(c, name, libc::O_RDONLY)?;
+        let mut buf = [0u8; 1024];
+        self.parse_file(c, name, &f, &mut buf, key)
+    }
+
+    fn parse_file(
+        &self,
+        c: usize,
+        name: &CStr,
+        f: &File,
+        buf: &mut [u8],
+        key: Option<&str>,
+    ) -> Result<u64, CgroupError> {
+        let data = read_into(f, buf).map_err(|e| {
+            CgroupError::io(format!("cannot read {}", self.path(c, name).display()), e)
+        })?;
+        let v = match key {
+            Some(k) => keyed_u64(data, k),
+            None => parse_u64(data),
+        };
+        v.ok_or_else(|| {
+            CgroupError::msg(format!(
+                "cannot parse {}{} in {:?}",
+                self.path(c, name).display(),
+                key.map(|k| format!(" (no '{k}' line)")).unwrap_or_default(),
+                String::from_utf8_lossy(data)
+            ))
+        })
+    }
+
+    /// The slot's index as given to [`Manager::create_slot`].
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The slot's cgroup directories (v2: one; v1: one per distinct hierarchy).
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// How the per-run peak memory is obtained on this kernel.
+    pub fn peak_memory_mode(&self) -> PeakMemory {
+        self.peak_mode
+    }
+
+    /// Sets the memory limit (bytes; `None` = unlimited) and the pids limit (`None` =
+    /// unlimited). Writes only what changed since the last successful call. Swap is not
+    /// available to the slot: v1 sets `memory.memsw.limit_in_bytes` (when swap accounting is
+    /// on) to the same value, v2 set `memory.swap.max` to 0 at creation.
+    ///
+    /// On v1, lowering the memory limit below the slot's current usage (e.g. tmpfs files left
+    /// by an earlier run) fails with `EBUSY`; on v2 the kernel reclaims or OOM-kills instead.
+    pub fn set_limits(
+        &mut self,
+        memory_bytes: Option<u64>,
+        max_pids: Option<u64>,
+    ) -> Result<(), CgroupError> {
+        if self.mem_limit != Some(memory_bytes) {
+            self.mem_limit = None;
+            match self.version {
+                Version::V2 => {
+                    self.write(MEM, c"memory.max", &limit_string(memory_bytes, "max"))?
+                }
+                Version::V1 => self.set_v1_memory(memory_bytes)?,
+            }
+            self.mem_limit = Some(memory_bytes);
+        }
+        if self.pids_limit != Some(max_pids) {
+            self.pids_limit = None;
+            self.write(PIDS, c"pids.max", &limit_string(max_pids, "max"))?;
+            self.pids_limit = Some(max_pids);
+        }
+        Ok(())
+    }
+
+    fn set_v1_memory(&self, memory_bytes: Option<u64>) -> Result<(), CgroupError> {
+        const MEMORY: &CStr = c"memory.limit_in_bytes";
+        const MEMSW: &CStr = c"memory.memsw.limit_in_bytes";
+        let value = limit_string(memory_bytes, "-1");
+        if !self.has_memsw {
+            return self.write(MEM, MEMORY, &value);
+        }
+        let current = match self.mem_limit {
+            Some(cur) => cur.unwrap_or(u64::MAX),
+            None => self.read_u64(MEM, MEMORY, None)?,
+        };
+        let order = if memsw_first(current, memory_bytes.unwrap_or(u64::MAX)) {
+            [MEMSW, MEMORY]
+        } else {
+            [MEMORY, MEMSW]
+        };
+        let write_pair = |order: [&CStr; 2]| -> Result<(), CgroupError> {
+            for name in order {
+                self.write_raw(MEM, name, value.as_bytes())
+                    .map_err(|e| self.write_error(MEM, name, &value, e))?;
+            }
+            Ok(())
+        };
+        match write_pair(order) {
+            // Our idea of the current limit was wrong (EINVAL = memsw < memory): other order.
+            Err(e) if e.source.as_ref().is_some_and(|s| errno(s) == libc::EINVAL) => {
+                write_pair([order[1], order[0]])
+            }
+            r => r,
+        }
+    }
+
+    /// Prepares the slot for the next run: resets the peak-memory watermark (see
+    /// [`PeakMemory`]) and records the baselines of the CPU time, OOM-kill and pids-limit
+    /// counters, so that [`Slot::cpu_time_ns`] and [`Slot::usage`] are per run.
+    pub fn prepare_run(&mut self) -> Result<(), CgroupError> {
+        let mut peak = 0;
+        match self.version {
+            Version::V1 => self.write(MEM, c"memory.max_usage_in_bytes", "0")?,
+            Version::V2 => match (&self.peak_file, self.peak_mode) {
+                // A fake file gets the value the kernel would then report.
+                (Some(f), PeakMemory::PerRun) => {
+                    write_once(f, if self.fake { b"0\n" } else { b"reset\n" }, self.fake)
+                        .map_err(|e| self.write_error(MEM, c"memory.peak", "reset", e))?
+                }
+                (Some(f), PeakMemory::LifetimeOnly) => {
+                    peak = self.parse_file(MEM, c"memory.peak", f, &mut [0u8; 64], None)?
+                }
+                _ => {}
+            },
+        }
+        self.baseline = Baseline {
+            cpu_ns: self.cpu_raw()?,
+            oom: self.oom_counter()?,
+            pids_max: self.pids_max_counter()?,
+            peak,
+        };
+        self.sampled_peak.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Moves process `pid` into this slot (`cgroup.procs` of each hierarchy). On v1, memory
+    /// the process charged before the move stays with its old cgroup, so attach it before it
+    /// allocates (e.g. while it waits on a pipe). On v2 prefer `clone3(CLONE_INTO_CGROUP)` with
+    /// [`Slot::dir_fd`].
+    pub fn attach(&self, pid: libc::pid_t) -> Result<(), CgroupError> {
+        // `0` would mean "the writer itself" to the kernel.
+        let Some(pid_u64) = u64::try_from(pid).ok().filter(|&p| p > 0) else {
+            return Err(CgroupError::msg(format!("cannot attach invalid pid {pid}")));
+        };
+        let mut buf = [0u8; 20];
+        let text = fmt_u64(pid_u64, &mut buf);
+        for (h, fd) in self.fds.iter().enumerate() {
+            open_at(fd.as_fd(), c"cgroup.procs", libc::O_WRONLY)
+                .and_then(|f| write_once(&f, text, self.fake))
+                .map_err(|e| {
+                    CgroupError::io(
+                        format!(
+                            "cannot move pid {pid} into {}",
+                            self.dirs[h].join("cgroup.procs").display()
+                        ),
+                        e,
+                    )
+                })?;
+        }
+        Ok(())
+    }
+
+    /// v2 only: an `O_DIRECTORY` fd of the slot cgroup, for `clone3(CLONE_INTO_CGROUP)`.
+    /// `None` on v1.
+    pub fn dir_fd(&self) -> Option<BorrowedFd<'_>> {
+        match self.version {
+            Version::V2 => Some(self.fds[0].as_fd()),
+            Version::V1 => None,
+        }
+    }
+
+    fn cpu_raw(&self) -> Result<u64, CgroupError> {
+        let mut buf = [0u8; 2048];
+        Ok(match self.version {
+            Version::V2 => self
+                .parse_file(
+                    CPU,
+                    c"cpu.stat",
+                    &self.cpu_file,
+                    &mut buf,
+                    Some("usage_usec"),
+                )?
+                .saturating_mul(1000),
+            Version::V1 => {
+                self.parse_file(CPU, c"cpuacct.usage", &self.cpu_file, &mut buf, None)?
+            }
+        })
+    }
+
+    /// Total CPU time (ns) used by the slot since [`Slot::prepare_run`]: one `pread` of a file
+    /// kept open.
+    pub fn cpu_time_ns(&self) -> Result<u64, CgroupError> {
+        Ok(self.cpu_raw()?.saturating_sub(self.baseline.cpu_ns))
+    }
+
+    fn oom_counter(&self) -> Result<u64, CgroupError> {
+        match self.version {
+            Version::V2 => self.read_u64(MEM, c"memory.events", Some("oom_kill")),
+            Version::V1 if self.has_oom_kill_line => {
+                self.read_u64(MEM, c"memory.oom_control", Some("oom_kill"))
+            }
+            Version::V1 => self.read_u64(MEM, c"memory.failcnt", None),
+        }
+    }
+
+    fn pids_max_counter(&self) -> Result<u64, CgroupError> {
+        if self.has_pids_events {
+            self.read_u64(PIDS, c"pids.events", Some("max"))
+        } else {
+            Ok(0)
+        }
+    }
+
+    /// Reads the slot's current memory usage and remembers the largest value seen since
+    /// [`Slot::prepare_run`]. Only useful where [`Slot::peak_memory_mode`] is not `PerRun`:
+    /// call it alongside the CPU polls to get an approximate peak.
+    pub fn sample_memory(&self) -> Result<u64, CgroupError> {
+        let v = match self.version {
+            Version::V2 => self.read_u64(MEM, c"memory.current", None)?,
+            Version::V1 => self.read_u64(MEM, c"memory.usage_in_bytes", None)?,
+        };
+        self.sampled_peak.fetch_max(v, Ordering::Relaxed);
+        Ok(v)
+    }
+
+    /// Per-run figures since [`Slot::prepare_run`] (see the module docs for exactness).
+    pub fn usage(&self) -> Result<Usage, CgroupError> {
+        let sampled = self.sampled_peak.load(Ordering::Relaxed);
+        let (peak_memory_bytes, peak_memory_exact) = match self.version {
+            Version::V1 => (
+                Some(self.read_u64(MEM, c"memory.max_usage_in_bytes", None)?),
+                true,
+            ),
+            Version::V2 => {
+                let after = match &self.peak_file {
+                    Some(f) => {
+                        Some(self.parse_file(MEM, c"memory.peak", f, &mut [0u8; 64], None)?)
+                    }
+                    None => None,
+                };
+                peak_for_run(self.peak_mode, self.baseline.peak, after, sampled)
+            }
+        };
+        Ok(Usage {
+            cpu_time_ns: self.cpu_time_ns()?,
+            peak_memory_bytes,
+            peak_memory_exact,
+            oom_killed: self.oom_counter()? > self.baseline.oom,
+            pids_limit_hit: self.pids_max_counter()? > self.baseline.pids_max,
+        })
+    }
+
+    fn list_procs(&self, h: usize) -> Result<Vec<libc::pid_t>, CgroupError> {
+        let path = || self.dirs[h].join("cgroup.procs");
+        let f = open_at(self.fds[h].as_fd(), c"cgroup.procs", libc::O_RDONLY)
+            .map_err(|e| CgroupError::io(format!("cannot open {}", path().display()), e))?;
+        let data = read_vec(&f)
+            .map_err(|e| CgroupError::io(format!("cannot read {}", path().display()), e))?;
+        Ok(parse_pids(&data))
+    }
+
+    /// Kills every process in the slot and waits (bounded, 2 s) until they have left it.
+    /// v2 with `cgroup.kill` (5.14+): one race-free write. Otherwise `cgroup.procs` (of every
+    /// v1 hierarchy) is read and each process SIGKILLed, repeated until empty; set a pids limit
+    /// so that a fork bomb cannot outrun this. Returns how many distinct processes were seen
+    /// (on v2 with `cgroup.kill`: those present just before the kill). Errors if processes
+    /// remain after the wait.
+    pub fn kill_all(&self) -> Result<usize, CgroupError> {
+        let primary = self.ctl[PIDS];
+        let mut seen = self.list_procs(primary)?;
+        if self.has_kill {
+            if seen.is_empty() {
+                return Ok(0);
+            }
+            self.write_raw(PIDS, c"cgroup.kill", b"1")
+                .map_err(|e| self.write_error(PIDS, c"cgroup.kill", "1", e))?;
+        }
+        let deadline = Instant::now() + KILL_TIMEOUT;
+        let mut pause = Duration::from_micros(50);
+        let mut current = seen.clone();
+        loop {
+            if !self.has_kill {
+                for h in (0..self.fds.len()).filter(|&h| h != primary) {
+                    current.extend(self.list_procs(h)?);
+                }
+                current.sort_unstable();
+                current.dedup();
+                seen.extend_from_slice(&current);
+                current.iter().copied().for_each(sigkill);
+            }
+            if current.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(CgroupError::msg(format!(
+                    "{} process(es) still in {} {:?} after SIGKILL and a {:?} wait",
+                    current.len(),
+                    self.dirs[primary].display(),
+                    current,
+                    KILL_TIMEOUT
+                )));
+            }
+            backoff(&mut pause);
+            current = self.list_procs(primary)?;
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        Ok(seen.len())
+    }
+
+    /// Number of processes currently in the slot (v1: in its `pids` hierarchy).
+    pub fn process_count(&self) -> Result<usize, CgroupError> {
+        Ok(self.list_procs(self.ctl[PIDS])?.len())
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let _ = self.kill_all();
+        for d in &self.dirs {
+            let _ = remove_cgroup_dir(d, self.fake);
+        }
+    }
+}
+
+// Slots move between threads (and the manager is shared); keep it that way.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Slot>();
+    assert_send_sync::<Manager>();
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // ----- pure helpers -----
+
+    #[test]
+    fn parses_proc_self_cgroup() {
+        let text =
+            "12:pids:/user.slice\n4:cpu,cpuacct:/a/b\n3:memory:/m\n1:name=systemd:/s\n0::/u/v\n";
+        assert_eq!(own_cgroup(text, None), Some("/u/v"));
+        assert_eq!(own_cgroup(text, Some("cpuacct")), Some("/a/b"));
+        assert_eq!(own_cgroup(text, Some("cpu")), Some("/a/b"));
+        assert_eq!(own_cgroup(text, Some("memory")), Some("/m"));
+        assert_eq!(own_cgroup(text, Some("pids")), Some("/user.slice"));
+        assert_eq!(own_cgroup(text, Some("systemd")), None);
+        assert_eq!(own_cgroup("4:memory:/m\n", None), None);
+    }
+
+    #[test]
+    fn parses_mountinfo_root() {
+        let mi = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+                  40 31 0:30 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(
+            mount_root_of(mi, Path::new("/sys/fs/cgroup/memory")),
+            Some(PathBuf::from("/docker/abc"))
+        );
+        assert_eq!(mount_root_of(mi, Path::new("/nope")), None);
+    }
+
+    #[test]
+    fn parses_cgroup_files() {
+        assert_eq!(parse_u64(b"123\n"), Some(123));
+        assert_eq!(parse_u64(b"max\n"), None);
+        let stat = b"usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n";
+        assert_eq!(keyed_u64(stat, "usage_usec"), Some(2500));
+        assert_eq!(keyed_u64(stat, "usage"), None);
+        let oom = b"oom_kill_disable 0\nunder_oom 0\noom_kill 7\n";
+        assert_eq!(keyed_u64(oom, "oom_kill"), Some(7));
+        assert_eq!(parse_pids(b"12\n345\n\n"), vec![12, 345]);
+        let mut buf = [0u8; 20];
+        assert_eq!(fmt_u64(0, &mut buf), b"0");
+        assert_eq!(fmt_u64(4_194_304, &mut buf), b"4194304");
+        assert_eq!(fmt_u64(u64::MAX, &mut buf), b"18446744073709551615");
+    }
+
+    #[test]
+    fn memsw_ordering() {
+        let unlimited = 9_223_372_036_854_771_712;
+        // Lowering from unlimited: memory first.
+        assert!(!memsw_first(unlimited, 20 << 20));
+        // Raising: memsw first, including to unlimited.
+        assert!(memsw_first(20 << 20, 64 << 20));
+        assert!(memsw_first(20 << 20, u64::MAX));
+        assert!(!memsw_first(64 << 20, 20 << 20));
+    }
+
+    #[test]
+    fn peak_logic() {
+        use PeakMemory::*;
+        assert_eq!(peak_for_run(PerRun, 0, Some(10), 0), (Some(10), true));
+        // Lifetime peak rose during the run: exact.
+        assert_eq!(
+            peak_for_run(LifetimeOnly, 100, Some(150), 40),
+            (Some(150), true)
+        );
+        // Did not rise: sampled lower bound, or nothing.
+        assert_eq!(
+            peak_for_run(LifetimeOnly, 100, Some(100), 40),
+            (Some(40), false)
+        );
+        assert_eq!(peak_for_run(LifetimeOnly, 100, Some(100), 0), (None, false));
+        assert_eq!(peak_for_run(Unavailable, 0, None, 5), (Some(5), false));
+        assert_eq!(peak_for_run(Unavailable, 0, None, 0), (None, false));
+    }
+
+    #[test]
+    fn error_display_names_path() {
+        let e = CgroupError::io(
+            "cannot read /x/y",
+            io::Error::from_raw_os_error(libc::ENOENT),
+        );
+        let s = e.to_string();
+        assert!(s.starts_with("cannot read /x/y: "), "{s}");
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    // ----- fake trees -----
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> TempDir {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let p = std::env::temp_dir().join(format!(
+                "agentrl-cgroup-test-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = fs::remove_dir_all(&p);
+            fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn put(path: &Path, content: &str) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, content).unwrap();
+    }
+
+    fn get(path: &Path) -> String {
+        fs::read_to_string(path).unwrap()
+    }
+
+    /// A fake v2 cgroup directory (as the kernel would show it) at `dir`.
+    fn fake_v2_dir(dir: &Path, controllers: &str, subtree: &str, procs: &str) {
+        put(&dir.join("cgroup.controllers"), controllers);
+        put(&dir.join("cgroup.subtree_control"), subtree);
+        put(&dir.join("cgroup.procs"), procs);
+    }
+
+    const ALL: &str = "cpuset cpu io memory hugetlb pids rdma misc\n";
+    const NO_MI: &dyn Fn() -> String = &String::new;
+
+    fn fake_v2_root() -> TempDir {
+        let t = TempDir::new();
+        fake_v2_dir(&t.0, ALL, "", "1\n2\n");
+        t
+    }
+
+    fn tokens(s: &str) -> Vec<String> {
+        let mut v: Vec<String> = s
+            .split_whitespace()
+            .map(|c| c.trim_start_matches('+').to_string())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn fake_v2_base_under_root_when_own_cgroup_is_root() {
+        let t = fake_v2_root();
+        let m = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap();
+        assert_eq!(m.version(), Version::V2);
+        assert!(m.fake);
+        let base = m.base_dirs()[0].clone();
+        assert_eq!(base.parent().unwrap(), t.0);
+        let name = base.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(
+            name.starts_with(&format!("agentrl-{}-", std::process::id())),
+            "{name}"
+        );
+        assert_eq!(
+            tokens(&get(&t.0.join("cgroup.subtree_control"))),
+            ["cpu", "memory", "pids"]
+        );
+        assert_eq!(
+            tokens(&get(&base.join("cgroup.subtree_control"))),
+            ["cpu", "memory", "pids"]
+        );
+        drop(m);
+        assert!(!base.exists());
+    }
+
+    #[test]
+    fn fake_v2_own_cgroup_with_processes_falls_back_to_root() {
+        let t = fake_v2_root();
+        fake_v2_dir(&t.0.join("a"), ALL, "", "");
+        fake_v2_dir(&t.0.join("a/b"), "cpu memory pids\n", "", "4242\n");
+        let m = Manager::build(&t.0, None, "0::/a/b\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0);
+        // Nothing was written below the root.
+        assert_eq!(get(&t.0.join("a/cgroup.subtree_control")), "");
+        assert_eq!(get(&t.0.join("a/b/cgroup.subtree_control")), "");
+    }
+
+    #[test]
+    fn fake_v2_fallback_error_explains_why_root_was_tried() {
+        let t = TempDir::new();
+        // The root lacks `memory`, so the fallback fails.
+        fake_v2_dir(&t.0, "cpu pids\n", "", "1\n");
+        fake_v2_dir(&t.0.join("a"), "cpu pids\n", "", "4242\n");
+        let e = Manager::build(&t.0, None, "0::/a\n", NO_MI).unwrap_err();
+        assert!(e.what.contains("has processes"), "{e}");
+        assert!(
+            e.what.contains("controller 'memory' is not available"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fake_v2_own_cgroup_without_processes_is_used_enabling_along_the_way() {
+        let t = fake_v2_root();
+        fake_v2_dir(&t.0.join("a"), ALL, "", "");
+        fake_v2_dir(&t.0.join("a/b"), ALL, "", "");
+        let m = Manager::build(&t.0, None, "0::/a/b\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0.join("a/b"));
+        for d in ["", "a", "a/b"] {
+            let f = t.0.join(d).join("cgroup.subtree_control");
+            assert_eq!(
+                tokens(&get(&f)),
+                ["cpu", "memory", "pids"],
+                "{}",
+                f.display()
+            );
+        }
+    }
+
+    #[test]
+    fn fake_v2_delegated_parent_writes_nothing_above_it() {
+        let t = fake_v2_root();
+        put(&t.0.join("cgroup.subtree_control"), "cpu memory pids\n");
+        fake_v2_dir(&t.0.join("deleg"), "cpu memory pids\n", "memory pids\n", "");
+        let m = Manager::build(&t.0, Some(Path::new("deleg")), "0::/elsewhere\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0.join("deleg"));
+        assert_eq!(
+            get(&t.0.join("cgroup.subtree_control")),
+            "cpu memory pids\n"
+        );
+        // Only the missing optional controller was added (fake files get the union).
+        assert_eq!(
+            tokens(&get(&t.0.join("deleg/cgroup.subtree_control"))),
+            ["cpu", "memory", "pids"]
+        );
+        let abs = t.0.join("deleg");
+        let m2 = Manager::build(&t.0, Some(&abs), "0::/\n", NO_MI).unwrap();
+        assert_eq!(m2.base_dirs()[0].parent().unwrap(), abs);
+    }
+
+    #[test]
+    fn fake_v2_errors_name_what_is_missing() {
+        let t = TempDir::new();
+        fake_v2_dir(&t.0, "cpu io pids\n", "", "");
+        let e = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap_err();
+        assert!(
+            e.what.contains("controller 'memory' is not available"),
+            "{e}"
+        );
+        assert!(e.what.contains("cgroup.controllers"), "{e}");
+
+        let t = fake_v2_root();
+        let other = TempDir::new();
+        fake_v2_dir(&other.0, ALL, "", "");
+        let e = Manager::build(&t.0, Some(&other.0), "0::/\n", NO_MI).unwrap_err();
+        assert!(
+            e.what.contains("is not inside the cgroup v2 hierarchy"),
+            "{e}"
+        );
+        let e = Manager::build(&t.0, Some(Path::new("missing")), "0::/\n", NO_MI).unwrap_err();
+        assert!(e.what.contains("is not a cgroup v2 directory"), "{e}");
+        let e = Manager::build(&t.0, None, "4:memory:/x\n", NO_MI).unwrap_err();
+        assert!(e.what.contains("no cgroup v2 entry"), "{e}");
+    }
+
+    #[test]
+    fn fake_v2_mountinfo_strips_mount_root() {
+        let t = fake_v2_root();
+        fake_v2_dir(&t.0.join("inner"), ALL, "", "");
+        let canon = fs::canonicalize(&t.0).unwrap();
+        let mi = format!(
+            "50 1 0:99 /docker/abc {} rw - cgroup2 cgroup2 rw\n",
+            canon.display()
+        );
+        let mi_fn = move || mi.clone();
+        let m = Manager::build(&t.0, None, "0::/docker/abc/inner\n", &mi_fn).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0.join("inner"));
+    }
+
+    #[test]
+    fn fake_v2_slot_limits_and_usage() {
+        let t = fake_v2_root();
+        let m = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap();
+        let mut s = m.create_slot(3).unwrap();
+        let d = s.paths()[0].clone();
+        assert_eq!(d, m.base_dirs()[0].join("slot-3"));
+        assert!(s.dir_fd().is_some());
+        assert_eq!(s.peak_memory_mode(), PeakMemory::PerRun);
+        assert_eq!(get(&d.join("memory.swap.max")), "0");
+        assert!(m
+            .create_slot(3)
+            .unwrap_err()
+            .what
+            .contains("slot 3 already exists"));
+
+        // A fresh slot is unlimited: nothing written for (None, None).
+        s.set_limits(None, None).unwrap();
+        assert_eq!(get(&d.join("memory.max")), "max\n");
+        s.set_limits(Some(20 << 20), Some(5)).unwrap();
+        assert_eq!(get(&d.join("memory.max")), "20971520");
+        assert_eq!(get(&d.join("pids.max")), "5");
+        // Unchanged values are not rewritten.
+        put(&d.join("memory.max"), "untouched");
+        put(&d.join("pids.max"), "untouched");
+        s.set_limits(Some(20 << 20), Some(5)).unwrap();
+        assert_eq!(get(&d.join("memory.max")), "untouched");
+        s.set_limits(Some(20 << 20), None).unwrap();
+        assert_eq!(get(&d.join("memory.max")), "untouched");
+        assert_eq!(get(&d.join("pids.max")), "max");
+        s.set_limits(None, None).unwrap();
+        assert_eq!(get(&d.join("memory.max")), "max");
+
+        // Per-run figures from the counters.
+        put(
+            &d.join("cpu.stat"),
+            "usage_usec 1000\nuser_usec 600\nsystem_usec 400\n",
+        );
+        put(
+            &d.join("memory.events"),
+            "low 0\nhigh 0\nmax 3\noom 2\noom_kill 2\n",
+        );
+        put(&d.join("pids.events"), "max 4\n");
+        s.prepare_run().unwrap();
+        assert_eq!(get(&d.join("memory.peak")), "0\n");
+        assert_eq!(s.cpu_time_ns().unwrap(), 0);
+        let u = s.usage().unwrap();
+        assert!(!u.oom_killed && !u.pids_limit_hit);
+        put(
+            &d.join("cpu.stat"),
+            "usage_usec 251000\nuser_usec 1\nsystem_usec 1\nnr_periods 0\n",
+        );
+        put(
+            &d.join("memory.events"),
+            "low 0\nhigh 0\nmax 9\noom 3\noom_kill 3\n",
+        );
+        put(&d.join("pids.events"), "max 5\n");
+        put(&d.join("memory.peak"), "4096\n");
+        assert_eq!(s.cpu_time_ns().unwrap(), 250_000_000);
+        let u = s.usage().unwrap();
+        assert_eq!(u.cpu_time_ns, 250_000_000);
+        assert_eq!(u.peak_memory_bytes, Some(4096));
+        assert!(u.peak_memory_exact && u.oom_killed && u.pids_limit_hit);
+        s.prepare_run().unwrap();
+        let u = s.usage().unwrap();
+        assert!(!u.oom_killed && !u.pids_limit_hit);
+        assert_eq!(u.cpu_time_ns, 0);
+
+        // Parse errors name the file.
+        put(&d.join("cpu.stat"), "garbage\n");
+        let e = s.cpu_time_ns().unwrap_err();
+        assert!(
+            e.what.contains("cpu.stat") && e.what.contains("usage_usec"),
+            "{e}"
+        );
+
+        // attach writes the pid; kill_all on an empty slot writes nothing.
+        assert!(s.attach(0).is_err() && s.attach(-1).is_err());
+        s.attach(12345).unwrap();
+        assert_eq!(get(&d.join("cgroup.procs")), "12345");
+        put(&d.join("cgroup.procs"), "");
+        assert_eq!(s.kill_all().unwrap(), 0);
+        assert_eq!(get(&d.join("cgroup.kill")), "");
+        assert_eq!(s.process_count().unwrap(), 0);
+
+        let base = m.base_dirs()[0].clone();
+        drop(m); // slot keeps the base alive
+        assert!(base.exists() && d.exists());
+        drop(s);
+        assert!(!d.exists() && !base.exists());
+    }
+
+    #[test]
+    fn fake_v2_without_peak_counter_uses_samples() {
+        let t = fake_v2_root();
+        let m = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap();
+        let mut s = m.create_slot(1).unwrap();
+        // Simulate a kernel before 5.19: no memory.peak.
+        s.peak_file = None;
+        s.peak_mode = PeakMemory::Unavailable;
+        s.prepare_run().unwrap();
+        let d = s.paths()[0].clone();
+        assert_eq!(s.usage().unwrap().peak_memory_bytes, None);
+        put(&d.join("memory.current"), "777\n");
+        assert_eq!(s.sample_memory().unwrap(), 777);
+        put(&d.join("memory.current"), "5\n");
+        s.sample_memory().unwrap();
+        let u = s.usage().unwrap();
+        assert_eq!(
+            (u.peak_memory_bytes, u.peak_memory_exact),
+            (Some(777), false)
+        );
+    }
+
+    fn fake_v1_root(with_pids: bool) -> TempDir {
+        let t = TempDir::new();
+        let mut hier = vec!["memory", "cpu,cpuacct"];
+        if with_pids {
+            hier.push("pids");
+        }
+        for h in hier {
+            put(&t.0.join(h).join("cgroup.procs"), "1\n");
+        }
+        put(&t.0.join("unified/cgroup.controllers"), "hugetlb\n");
+        t
+    }
+
+    #[test]
+    fn fake_v1_discovery_and_limits() {
+        let t = fake_v1_root(true);
+        put(&t.0.join("memory/mine/cgroup.procs"), "1\n");
+        let self_cg = "8:pids:/\n4:memory:/mine\n2:cpu,cpuacct:/gone\n0::/\n";
+        let m = Manager::build(&t.0, None, self_cg, NO_MI).unwrap();
+        assert_eq!(m.version(), Version::V1);
+        let bases = m.base_dirs().to_vec();
+        assert_eq!(bases.len(), 3);
+        assert_eq!(bases[0].parent().unwrap(), t.0.join("memory/mine"));
+        assert_eq!(bases[1].parent().unwrap(), t.0.join("pids"));
+        // Own cgroup not visible: the top of the mount is used.
+        assert_eq!(bases[2].parent().unwrap(), t.0.join("cpu,cpuacct"));
+
+        let mut s = m.create_slot(0).unwrap();
+        assert!(s.dir_fd().is_none());
+        assert_eq!(s.peak_memory_mode(), PeakMemory::PerRun);
+        let [md, pd, cd] = [0, 1, 2].map(|i| s.paths()[i].clone());
+        s.set_limits(Some(20 << 20), Some(5)).unwrap();
+        assert_eq!(get(&md.join("memory.limit_in_bytes")), "20971520");
+        assert_eq!(get(&md.join("memory.memsw.limit_in_bytes")), "20971520");
+        assert_eq!(get(&pd.join("pids.max")), "5");
+        s.set_limits(None, None).unwrap();
+        assert_eq!(get(&md.join("memory.limit_in_bytes")), "-1");
+        assert_eq!(get(&md.join("memory.memsw.limit_in_bytes")), "-1");
+        assert_eq!(get(&pd.join("pids.max")), "max");
+
+        put(&cd.join("cpuacct.usage"), "1000\n");
+        put(
+            &md.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+        );
+        s.prepare_run().unwrap();
+        assert_eq!(get(&md.join("memory.max_usage_in_bytes")), "0");
+        put(&cd.join("cpuacct.usage"), "5000\n");
+        put(&md.join("memory.max_usage_in_bytes"), "52428800\n");
+        put(
+            &md.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 1\noom_kill 2\n",
+        );
+        put(&pd.join("pids.events"), "max 1\n");
+        let u = s.usage().unwrap();
+        assert_eq!(u.cpu_time_ns, 4000);
+        assert_eq!(u.peak_memory_bytes, Some(52_428_800));
+        assert!(u.peak_memory_exact && u.oom_killed && u.pids_limit_hit);
+
+        s.attach(77).unwrap();
+        for d in [&md, &pd, &cd] {
+            assert_eq!(get(&d.join("cgroup.procs")), "77");
+        }
+        drop(s);
+        drop(m);
+        for d in bases.iter().chain([&md, &pd, &cd]) {
+            assert!(!d.exists(), "{}", d.display());
+        }
+    }
+
+    #[test]
+    fn fake_v1_parent_override() {
+        let t = fake_v1_root(true);
+        for h in ["memory", "pids", "cpu,cpuacct"] {
+            put(&t.0.join(h).join("svc/cgroup.procs"), "");
+        }
+        let m = Manager::build(&t.0, Some(Path::new("svc")), "", NO_MI).unwrap();
+        assert!(m
+            .base_dirs()
+            .iter()
+            .all(|b| b.parent().unwrap().ends_with("svc")));
+        let abs = t.0.join("pids/svc");
+        let m2 = Manager::build(&t.0, Some(&abs), "", NO_MI).unwrap();
+        assert_eq!(m2.base_dirs()[0].parent().unwrap(), t.0.join("memory/svc"));
+        let e = Manager::build(&t.0, Some(Path::new("/elsewhere")), "", NO_MI).unwrap_err();
+        assert!(
+            e.what.contains("not inside any of the v1 hierarchies"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fake_v1_missing_controller_is_named() {
+        let t = fake_v1_root(false);
+        let e = Manager::build(&t.0, None, "", NO_MI).unwrap_err();
+        assert!(
+            e.what
+                .starts_with("cgroup v1 controller 'pids' is not mounted"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn fake_remove_stale() {
+        let t = fake_v2_root();
+        // A dead owner (pid 0x7fff_fff0 is far above pid_max) and a live one (us).
+        let dead = t.0.join("agentrl-2147483632-0");
+        fake_v2_dir(&dead, ALL, "", "");
+        fake_v2_dir(&dead.join("slot-0"), ALL, "", "");
+        let live = t.0.join(format!("agentrl-{}-999999", std::process::id()));
+        fake_v2_dir(&live, ALL, "", "");
+        let m = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap();
+        assert_eq!(m.remove_stale(), 1);
+        assert!(!dead.exists() && live.exists());
+    }
+
+    // ----- the real cgroup file system (root only) -----
+
+    fn real_manager() -> Option<Manager> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0
+            || std::env::var_os("AGENTRL_SKIP_CGROUP_TESTS").is_some()
+        {
+            eprintln!("skipping: real cgroup tests need root");
+            return None;
+        }
+        Some(Manager::new(None).expect("cgroup manager on this host"))
+    }
+
+    /// Forks a child that waits until it has been attached to `slot`, then runs `body` and
+    /// exits with its result. `body` runs in a fork of a multi-threaded process, so it may only
+    /// use async-signal-safe calls (no allocation).
+    fn spawn_in(slot: &Slot, body: fn() -> i32) -> libc::pid_t {
+        let mut p = [0; 2];
+        // SAFETY: `p` is a valid array of two ints for pipe2 to fill.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the child only performs async-signal-safe calls before `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let mut b = 0u8;
+            // SAFETY: plain fd and buffer syscalls in the child; `b` is a valid 1-byte buffer.
+            unsafe {
+                libc::close(p[1]);
+                while libc::read(p[0], (&mut b as *mut u8).cast(), 1) < 0 {}
+                libc::_exit(body());
+            }
+        }
+        let attached = slot.attach(pid);
+        // SAFETY: writing one byte from a valid buffer to our pipe, then closing our fds.
+        unsafe {
+            libc::close(p[0]);
+            if attached.is_err() {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            libc::write(p[1], b"x".as_ptr().cast(), 1);
+            libc::close(p[1]);
+        }
+        attached.unwrap();
+        pid
+    }
+
+    /// Waits for `pid`; returns `Ok(exit code)` or `Err(signal)`.
+    fn wait(pid: libc::pid_t) -> Result<i32, i32> {
+        let mut status = 0;
+        // SAFETY: `status` is a valid int for waitpid to fill.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(r, pid);
+        if libc::WIFEXITED(status) {
+            Ok(libc::WEXITSTATUS(status))
+        } else {
+            Err(libc::WTERMSIG(status))
+        }
+    }
+
+    fn touch(bytes: usize) -> i32 {
+        // SAFETY: a fresh private anonymous mapping; every write below stays inside it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return 2;
+            }
+            let mut off = 0;
+            while off < bytes {
+                p.cast::<u8>().add(off).write_volatile(1);
+                off += 4096;
+            }
+        }
+        0
+    }
+
+    fn touch_5mb() -> i32 {
+        touch(5 << 20)
+    }
+    fn touch_50mb() -> i32 {
+        touch(50 << 20)
+    }
+    fn touch_100mb() -> i32 {
+        touch(100 << 20)
+    }
+
+    fn spin_200ms_cpu() -> i32 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        loop {
+            // SAFETY: `ts` is a valid timespec.
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+            if ts.tv_sec * 1_000_000_000 + ts.tv_nsec >= 200_000_000 {
+                return 0;
+            }
+        }
+    }
+
+    fn sleep_long() -> i32 {
+        let ts = libc::timespec {
+            tv_sec: 30,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec; the remainder pointer may be null.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+        0
+    }
+
+    /// Forks sleeping grandchildren until fork fails; kills and reaps them; exits with how
+    /// many forks succeeded.
+    fn fork_until_fail() -> i32 {
+        let mut kids = [0 as libc::pid_t; 16];
+        let mut n = 0;
+        while n < kids.len() {
+            // SAFETY: the grandchild only sleeps and exits.
+            let k = unsafe { libc::fork() };
+            if k == 0 {
+                sleep_long();
+                // SAFETY: _exit has no preconditions.
+                unsafe { libc::_exit(0) };
+            }
+            if k < 0 {
+                break;
+            }
+            kids[n] = k;
+            n += 1;
+        }
+        for &k in &kids[..n] {
+            // SAFETY: signalling and reaping our own children.
+            unsafe {
+                libc::kill(k, libc::SIGKILL);
+                libc::waitpid(k, std::ptr::null_mut(), 0);
+            }
+        }
+        n as i32
+    }
+
+    #[test]
+    fn real_slots_exist_and_drop_removes_everything() {
+        let Some(m) = real_manager() else { return };
+        let a = m.create_slot(0).unwrap();
+        let b = m.create_slot(1).unwrap();
+        let mut all: Vec<PathBuf> = m.base_dirs().to_vec();
+        for s in [&a, &b] {
+            let n = if m.version() == Version::V1 { 3 } else { 1 };
+            assert_eq!(s.paths().len(), n);
+            for p in s.paths() {
+                assert!(p.join("cgroup.procs").is_file(), "{}", p.display());
+            }
+            all.extend_from_slice(s.paths());
+        }
+        if m.version() == Version::V1 {
+            for (i, c) in V1_CONTROLLERS.into_iter().enumerate() {
+                let p = &a.paths()[i];
+                assert!(
+                    p.starts_with(Path::new(DEFAULT_ROOT).join(c)),
+                    "{}",
+                    p.display()
+                );
+            }
+            assert!(a.paths()[0].join("memory.limit_in_bytes").is_file());
+            assert!(a.paths()[1].join("pids.max").is_file());
+            assert!(a.paths()[2].join("cpuacct.usage").is_file());
+        }
+        drop(a);
+        drop(m); // b keeps the base alive
+        assert!(b.paths()[0].exists());
+        drop(b);
+        for p in &all {
+            assert!(!p.exists(), "{} still exists", p.display());
+        }
+    }
+
+    #[test]
+    fn real_limits_are_written() {
+        let Some(m) = real_manager() else { return };
+        let mut s = m.create_slot(0).unwrap();
+        let (mem_file, pids_dir) = match m.version() {
+            Version::V1 => (
+                s.paths()[0].join("memory.limit_in_bytes"),
+                s.paths()[1].clone(),
+            ),
+            Version::V2 => (s.paths()[0].join("memory.max"), s.paths()[0].clone()),
+        };
+        for mb in [64u64, 128, 32, 32] {
+            s.set_limits(Some(mb << 20), Some(10)).unwrap();
+            assert_eq!(get(&mem_file).trim(), (mb << 20).to_string());
+            if m.version() == Version::V1 && s.has_memsw {
+                let sw = s.paths()[0].join("memory.memsw.limit_in_bytes");
+                assert_eq!(get(&sw).trim(), (mb << 20).to_string());
+            }
+        }
+        assert_eq!(get(&pids_dir.join("pids.max")).trim(), "10");
+        s.set_limits(None, None).unwrap();
+        assert_eq!(get(&pids_dir.join("pids.max")).trim(), "max");
+        let unlimited = get(&mem_file);
+        assert!(
+            unlimited == "max\n" || unlimited == V1_UNLIMITED,
+            "{unlimited}"
+        );
+        // Stale cache (e.g. after an error): the EINVAL fallback still finds the order.
+        s.set_limits(Some(16 << 20), None).unwrap();
+        s.mem_limit = Some(None);
+        s.set_limits(Some(48 << 20), None).unwrap();
+        assert_eq!(get(&mem_file).trim(), (48u64 << 20).to_string());
+    }
+
+    #[test]
+    fn real_peak_memory() {
+        let Some(m) = real_manager() else { return };
+        let mut s = m.create_slot(0).unwrap();
+        s.prepare_run().unwrap();
+        let pid = spawn_in(&s, touch_50mb);
+        assert_eq!(wait(pid), Ok(0));
+        let u = s.usage().unwrap();
+        let peak = u.peak_memory_bytes.expect("peak");
+        assert!(peak >= 50 << 20, "peak {peak}");
+        assert!(u.peak_memory_exact && !u.oom_killed && !u.pids_limit_hit);
+        // The next run starts from a reset watermark.
+        s.prepare_run().unwrap();
+        let pid = spawn_in(&s, touch_5mb);
+        assert_eq!(wait(pid), Ok(0));
+        let peak = s.usage().unwrap().peak_memory_bytes.expect("peak");
+        assert!(peak < 40 << 20, "peak after reset {peak}");
+    }
+
+    #[test]
+    fn real_oom_kill_is_per_run() {
+        let Some(m) = real_manager() else { return };
+        let mut s = m.create_slot(0).unwrap();
+        s.set_limits(Some(20 << 20), None).unwrap();
+        s.prepare_run().unwrap();
+        let pid = spawn_in(&s, touch_100mb);
+        assert_eq!(wait(pid), Err(libc::SIGKILL));
+        let u = s.usage().unwrap();
+        assert!(u.oom_killed, "{u:?}");
+        assert!(u.peak_memory_bytes.unwrap() <= 21 << 20, "{u:?}");
+        s.prepare_run().unwrap();
+        let pid = spawn_in(&s, touch_5mb);
+        assert_eq!(wait(pid), Ok(0));
+        let u = s.usage().unwrap();
+        assert!(!u.oom_killed, "{u:?}");
+    }
+
+    #[test]
+    fn real_cpu_time() {
+        let Some(m) = real_manager() else { return };
+        let mut s = m.create_slot(0).unwrap();
+        s.prepare_run().unwrap();
+        let pid = spawn_in(&s, spin_200ms_cpu);
+        assert_eq!(wait(pid), Ok(0));
+        let cpu = s.cpu_time_ns().unwrap();
+        assert!(cpu >= 150_000_000, "cpu {cpu}");
+        assert!(cpu < 2_000_000_000, "cpu {cpu}");
+        assert_eq!(s.usage().unwrap().cpu_time_ns, cpu);
+        s.prepare_run().unwrap();
+        assert!(s.cpu_time_ns().unwrap() < 10_000_000);
+    }
+
+    #[test]
+    fn real_pids_limit() {
+        let Some(m) = real_manager() else { return };
+        let mut s = m.create_slot(0).unwrap();
+        s.set_limits(None, Some(5)).unwrap();
+        s.prepare_run().unwrap();
+        let pid = spawn_in(&s, fork_until_fail);
+        // The child plus 4 forks make 5 processes; the 6th fork fails.
+        assert_eq!(wait(pid), Ok(4));
+        let u = s.usage().unwrap();
+        assert!(u.pids_limit_hit, "{u:?}");
+        s.prepare_run().unwrap();
+        assert!(!s.usage().unwrap().pids_limit_hit);
+    }
+
+    #[test]
+    fn real_kill_all() {
+        let Some(m) = real_manager() else { return };
+        let s = m.create_slot(0).unwrap();
+        let pids: Vec<_> = (0..3).map(|_| spawn_in(&s, sleep_long)).collect();
+        assert_eq!(s.process_count().unwrap(), 3);
+        assert_eq!(s.kill_all().unwrap(), 3);
+        assert_eq!(s.process_count().unwrap(), 0);
+        for p in pids {
+            assert_eq!(wait(p), Err(libc::SIGKILL));
+        }
+        assert_eq!(s.kill_all().unwrap(), 0);
+    }
+
+    #[test]
+    fn real_drop_kills_leftovers() {
+        let Some(m) = real_manager() else { return };
+        let s = m.create_slot(0).unwrap();
+        let pid = spawn_in(&s, sleep_long);
+        let dirs = s.paths().to_vec();
+        drop(s);
+        assert_eq!(wait(pid), Err(libc::SIGKILL));
+        for d in dirs {
+            assert!(!d.exists(), "{}", d.display());
+        }
+    }
+}

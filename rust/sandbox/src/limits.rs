@@ -1,0 +1,119 @@
+//! Resource limits of one run.
+
+use crate::error::{Error, Result};
+
+/// Resource limits applied to one run. `None` means "not limited" where that is allowed.
+///
+/// Enforcement: wall clock by the supervisor (the whole pid namespace is killed); CPU time by
+/// the supervisor polling the slot cgroup (all threads and processes counted) with
+/// `RLIMIT_CPU` as a per-process backstop; memory and pids by the slot cgroup; output bytes by
+/// the supervisor (captured up to the cap, the rest drained and discarded); file size, open
+/// files and core dumps by rlimits; `/tmp` and the work dir by the tmpfs size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// Wall-clock limit in seconds.
+    pub wall_time_s: f64,
+    /// CPU time limit in seconds, all threads and processes of the run together.
+    pub cpu_time_s: f64,
+    /// Memory limit in bytes (cgroup memory, page cache of the tmpfs included).
+    pub memory_bytes: u64,
+    /// Maximum number of processes and threads alive at once.
+    pub max_pids: u64,
+    /// Capture cap for stdout and for stderr, each.
+    pub max_output_bytes: u64,
+    /// Largest file the run may write (`RLIMIT_FSIZE`); also the cap for collected files.
+    pub max_file_bytes: u64,
+    /// Maximum number of open files per process (`RLIMIT_NOFILE`).
+    pub max_open_files: u64,
+    /// Size of the tmpfs that holds the work dir, `/tmp` and `/dev/shm`.
+    pub tmpfs_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            wall_time_s: 10.0,
+            cpu_time_s: 10.0,
+            memory_bytes: 512 << 20,
+            max_pids: 64,
+            max_output_bytes: 1 << 20,
+            max_file_bytes: 64 << 20,
+            max_open_files: 256,
+            tmpfs_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Largest wall or CPU time accepted (a day): beyond that a value is surely a unit mistake.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+impl Limits {
+    /// Checks every field; the error names the first invalid one.
+    pub fn validate(&self) -> Result<()> {
+        for (name, v) in [("wall_time_s", self.wall_time_s), ("cpu_time_s", self.cpu_time_s)] {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(Error::invalid(name, format!("must be a positive number of seconds, got {v}")));
+            }
+            if v > MAX_SECONDS {
+                return Err(Error::invalid(name, format!("must be at most {MAX_SECONDS} seconds, got {v}")));
+            }
+        }
+        let ints = [
+            ("memory_bytes", self.memory_bytes, 1 << 20),
+            ("max_pids", self.max_pids, 1),
+            ("max_output_bytes", self.max_output_bytes, 1),
+            ("max_file_bytes", self.max_file_bytes, 1),
+            ("max_open_files", self.max_open_files, 16),
+            ("tmpfs_bytes", self.tmpfs_bytes, 64 << 10),
+        ];
+        for (name, v, min) in ints {
+            if v < min {
+                return Err(Error::invalid(name, format!("must be at least {min}, got {v}")));
+            }
+        }
+        if self.max_pids > 1 << 22 {
+            return Err(Error::invalid("max_pids", format!("must be at most {}, got {}", 1 << 22, self.max_pids)));
+        }
+        if self.max_open_files > 1 << 20 {
+            return Err(Error::invalid(
+                "max_open_files",
+                format!("must be at most {}, got {}", 1 << 20, self.max_open_files),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Limits::default().validate().unwrap();
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut Limits)>)> = vec![
+            ("wall_time_s", Box::new(|l| l.wall_time_s = 0.0)),
+            ("wall_time_s", Box::new(|l| l.wall_time_s = f64::NAN)),
+            ("cpu_time_s", Box::new(|l| l.cpu_time_s = -1.0)),
+            ("cpu_time_s", Box::new(|l| l.cpu_time_s = f64::INFINITY)),
+            ("memory_bytes", Box::new(|l| l.memory_bytes = 0)),
+            ("max_pids", Box::new(|l| l.max_pids = 0)),
+            ("max_output_bytes", Box::new(|l| l.max_output_bytes = 0)),
+            ("max_file_bytes", Box::new(|l| l.max_file_bytes = 0)),
+            ("max_open_files", Box::new(|l| l.max_open_files = 3)),
+            ("tmpfs_bytes", Box::new(|l| l.tmpfs_bytes = 10)),
+        ];
+        for (field, mutate) in cases {
+            let mut l = Limits::default();
+            mutate(&mut l);
+            match l.validate() {
+                Err(Error::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! The box's file system: what it sees, and how that view is built.
+//!
+//! Built in two stages so that a run costs as little as possible:
+//!
+//! 1. **Per slot, once** ([`Template::build`], on the slot's own thread, which has unshared
+//!    `CLONE_FS | CLONE_NEWNS` and so owns a private mount namespace nobody else sees): a small
+//!    read-only tmpfs becomes the future root. It holds the directory skeleton, a minimal
+//!    `/etc` (generated `passwd`/`group`/`hosts`, copies of the dynamic loader's cache and a
+//!    few harmless files), `/dev` placeholders with the host's `null`, `zero`, `full`,
+//!    `random` and `urandom` bound over them, and read-only recursive binds of `/usr`, the
+//!    `/bin`/`/lib*` directories (or the same symlinks where the host has merged `/usr`), the
+//!    interpreters' prefixes at their own paths, and the caller's extra binds. Bind sources are
+//!    cloned with `open_tree` *before* the template is attached, so no source can be hidden by
+//!    the attachment point.
+//! 2. **Per run**: the parent makes a fresh size-limited tmpfs with `fsopen`/`fsmount` (it is
+//!    attached nowhere on the host), creates `work/`, `tmp/` and `shm/` in it and writes the
+//!    input files. The child, whose new mount namespace is a copy of the slot's, moves that
+//!    tmpfs to `/.run` of the template (its root is mode 0700, owned by host root, so the box
+//!    cannot enter it), binds its three directories over `/work`, `/tmp` and
+//!    `/dev/shm`, mounts a fresh `/proc` for its pid namespace (with `/proc/sys` read-only),
+//!    and `pivot_root`s into the template, detaching everything of the host. After the run the
+//!    parent still holds the tmpfs through its mount fd and reads the collected files from it
+//!    with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; closing the fd frees it.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Bind, SandboxConfig};
+use crate::error::{Error, Result};
+
+/// Inside uid and gid of the box's user.
+pub const BOX_ID: u32 = 1000;
+
+const FSCONFIG_SET_STRING: u32 = 1;
+const FSCONFIG_CMD_CREATE: u32 = 6;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+const OPEN_TREE_CLONE: u32 = 1;
+const OPEN_TREE_CLOEXEC: u32 = libc::O_CLOEXEC as u32;
+const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+const AT_RECURSIVE: u32 = 0x8000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn c(p: &[u8]) -> CString {
+    CString::new(p).expect("paths are checked for NUL before they reach here")
+}
+
+fn cpath(p: &Path) -> CString {
+    c(p.as_os_str().as_bytes())
+}
+
+/// Creates a detached tmpfs mount with the given options and mount attributes.
+pub(crate) fn new_tmpfs(options: &[(&str, String)], attrs: u64) -> io::Result<OwnedFd> {
+    let name = c(b"tmpfs");
+    // SAFETY: fsopen takes a NUL-terminated name and flags; it returns a new fd we own.
+    let fs = unsafe { cvt(libc::syscall(libc::SYS_fsopen, name.as_ptr(), libc::FSOPEN_CLOEXEC))? };
+    // SAFETY: fs is a valid fd just returned by fsopen and owned by nobody else.
+    let fs = unsafe { OwnedFd::from_raw_fd(fs as RawFd) };
+    for (k, v) in options {
+        let (k, v) = (c(k.as_bytes()), c(v.as_bytes()));
+        // SAFETY: fs is a valid fs-context fd; key and value are NUL-terminated strings.
+        unsafe {
+            cvt(libc::syscall(libc::SYS_fsconfig, fs.as_raw_fd(), FSCONFIG_SET_STRING, k.as_ptr(), v.as_ptr(), 0))?;
+        }
+    }
+    // SAFETY: as above, with no key or value.
+    unsafe {
+        cvt(libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<u8>(),
+            std::ptr::null::<u8>(),
+            0,
+        ))?
+    };
+    // SAFETY: fsmount on a created fs context; returns a new mount fd we own.
+    let m = unsafe { cvt(libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), libc::FSMOUNT_CLOEXEC, attrs))? };
+    // SAFETY: m is a fresh fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(m as RawFd) })
+}
+
+/// Clones the mount tree at `path` into a detached mount (`open_tree(OPEN_TREE_CLONE)`) and
+/// sets `attrs` on it (recursively when `recursive`).
+fn clone_tree(path: &Path, recursive: bool, attrs: u64) -> io::Result<OwnedFd> {
+    let p = cpath(path);
+    let flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: p is NUL-terminated; the returned fd is new and ours.
+    let fd = unsafe { cvt(libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, p.as_ptr(), flags))? };
+    // SAFETY: fd is a fresh fd owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    set_attrs(fd.as_fd(), recursive, attrs)?;
+    Ok(fd)
+}
+
+use std::os::fd::AsFd;
+
+/// `mount_setattr` on the mount an fd refers to.
+fn set_attrs(fd: BorrowedFd<'_>, recursive: bool, attrs: u64) -> io::Result<()> {
+    let attr = MountAttr { attr_set: attrs, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let empty = c(b"");
+    let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: fd is valid; attr is a properly laid out mount_attr and its size is passed.
+    unsafe {
+        cvt(libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Attaches a detached mount at `target` (`move_mount`).
+fn attach(fd: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
+    let empty = c(b"");
+    let t = cpath(target);
+    // SAFETY: both strings are NUL-terminated; fd is a valid mount fd.
+    unsafe {
+        cvt(libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        ))?;
+    }
+    Ok(())
+}
+
+/// `mkdirat` that tolerates an existing directory.
+pub(crate) fn mkdirat(dir: BorrowedFd<'_>, name: &[u8], mode: libc::mode_t) -> io::Result<()> {
+    let n = c(name);
+    // SAFETY: dir is a valid directory fd and n NUL-terminated.
+    if unsafe { libc::mkdirat(dir.as_raw_fd(), n.as_ptr(), mode) } < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Creates (or truncates) a regular file under `dir` and writes `data` to it.
+pub(crate) fn write_file_at(dir: BorrowedFd<'_>, name: &[u8], data: &[u8], mode: libc::mode_t) -> io::Result<OwnedFd> {
+    let n = c(name);
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: dir is valid, n NUL-terminated; the fd returned is ours.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), n.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut off = 0;
+    while off < data.len() {
+        // SAFETY: the buffer slice is valid for its length.
+        let n = unsafe { libc::write(fd.as_raw_fd(), data[off..].as_ptr().cast(), data.len() - off) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        off += n as usize;
+    }
+    Ok(fd)
+}
+
+/// Opens `name` under `dir` as a directory (`O_PATH` not used: we need to create in it).
+pub(crate) fn open_dir_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<OwnedFd> {
+    let n = c(name);
+    // SAFETY: valid dir fd and NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(dir.as_raw_fd(), n.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn symlinkat(target: &[u8], dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    let (t, n) = (c(target), c(name));
+    // SAFETY: valid strings and dir fd.
+    if unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), n.as_ptr()) } < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EEXIST) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// One entry of the root skeleton.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    /// A read-only (or writable) recursive bind of a host directory or file.
+    Bind { source: PathBuf, target: PathBuf, writable: bool, is_dir: bool },
+    /// A symlink, replicated from the host's merged-/usr layout.
+    Symlink { target: PathBuf, link: PathBuf },
+    /// A host device node bound read-write.
+    Device { source: PathBuf, target: PathBuf },
+}
+
+/// What the box's root is made of, discovered once per sandbox.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    entries: Vec<Entry>,
+    etc_files: Vec<(PathBuf, EtcItem)>,
+    network: bool,
+}
+
+#[derive(Debug, Clone)]
+enum EtcItem {
+    Data(Vec<u8>),
+    Symlink(PathBuf),
+}
+
+const SYSTEM_DIRS: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+const ETC_COPY: &[&str] = &[
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "alternatives",
+    "mime.types",
+];
+const ETC_COPY_NETWORK: &[&str] = &["resolv.conf", "ssl", "gai.conf", "protocols", "services"];
+const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+
+impl Layout {
+    /// Looks at the host and the configuration and decides the skeleton.
+    pub fn discover(config: &SandboxConfig) -> Result<Layout> {
+        let mut entries = Vec::new();
+        let usr = Path::new("/usr");
+        if !usr.is_dir() {
+            return Err(Error::setup("/usr is not a directory on this host"));
+        }
+        entries.push(Entry::Bind { source: usr.into(), target: usr.into(), writable: false, is_dir: true });
+        for d in SYSTEM_DIRS {
+            let p = Path::new(d);
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    let t = std::fs::read_link(p).map_err(|e| Error::setup_io(format!("readlink {d}"), e))?;
+                    entries.push(Entry::Symlink { target: t, link: p.into() });
+                }
+                Ok(m) if m.is_dir() => {
+                    entries.push(Entry::Bind { source: p.into(), target: p.into(), writable: false, is_dir: true })
+                }
+                _ => {}
+            }
+        }
+        // Interpreter prefixes and other system paths, deduplicated against what is covered.
+        let mut extra: Vec<PathBuf> = Vec::new();
+        for p in &config.system_paths {
+            let p = crate::config::absolute_box_path("system_paths", p)?;
+            let real = std::fs::canonicalize(&p).unwrap_or(p.clone());
+            for q in [p, real] {
+                if !q.exists() {
+                    continue;
+                }
+                if extra.iter().any(|e| q.starts_with(e)) || q.starts_with("/usr") {
+                    continue;
+                }
+                extra.retain(|e| !e.starts_with(&q));
+                extra.push(q);
+            }
+        }
+        for p in extra {
+            if p == Path::new("/") || forbidden_target(&p) {
+                return Err(Error::invalid("system_paths", format!("{} cannot be bound into the box", p.display())));
+            }
+            let is_dir = p.is_dir();
+            entries.push(Entry::Bind { source: p.clone(), target: p, writable: false, is_dir });
+        }
+        for Bind { source, target, writable } in &config.binds {
+            let target = crate::config::absolute_box_path("binds", target)?;
+            if target == Path::new("/") || forbidden_target(&target) {
+                return Err(Error::invalid("binds", format!("cannot bind over {} inside the box", target.display())));
+            }
+            let meta = std::fs::metadata(source)
+                .map_err(|e| Error::invalid("binds", format!("source {}: {e}", source.display())))?;
+            entries.push(Entry::Bind { source: source.clone(), target, writable: *writable, is_dir: meta.is_dir() });
+        }
+        for d in DEVICES {
+            let p = PathBuf::from(format!("/dev/{d}"));
+            if !p.exists() {
+                return Err(Error::setup(format!("{} is missing on the host", p.display())));
+            }
+            entries.push(Entry::Device { source: p.clone(), target: p });
+        }
+        let mut etc_files = Vec::new();
+        let mut names: Vec<&str> = ETC_COPY.to_vec();
+        if config.network {
+            names.extend_from_slice(ETC_COPY_NETWORK);
+        }
+        for name in names {
+            collect_etc(Path::new("/etc").join(name), PathBuf::from(name), 0, &mut etc_files);
+        }
+        Ok(Layout { entries, etc_files, network: config.network })
+    }
+}
+
+/// Box paths that the sandbox builds itself and a bind must not replace.
+fn forbidden_target(p: &Path) -> bool {
+    ["/proc", "/dev", "/work", "/tmp", "/etc", "/.run"].iter().any(|f| p == Path::new(f) || p.starts_with(format!("{f}/")))
+        || p.starts_with("/proc")
+}
+
+fn collect_etc(host: PathBuf, rel: PathBuf, depth: u32, out: &mut Vec<(PathBuf, EtcItem)>) {
+    let Ok(meta) = std::fs::symlink_metadata(&host) else { return };
+    if meta.file_type().is_symlink() {
+        if let Ok(t) = std::fs::read_link(&host) {
+            out.push((rel, EtcItem::Symlink(t)));
+        }
+    } else if meta.is_file() && meta.len() <= 4 << 20 {
+        if let Ok(data) = std::fs::read(&host) {
+            out.push((rel, EtcItem::Data(data)));
+        }
+    } else if meta.is_dir() && depth < 3 {
+        if let Ok(rd) = std::fs::read_dir(&host) {
+            let mut children: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
+            children.sort();
+            for name in children {
+                collect_etc(host.join(&name), rel.join(&name), depth + 1, out);
+            }
+        }
+    }
+}
+
+/// The slot's root skeleton, attached at `mountpoint` in the slot thread's private mount
+/// namespace.
+pub struct Template {
+    /// Where the template is attached in the slot's mount namespace.
+    pub mountpoint: PathBuf,
+}
+
+/// Candidate attachment points: any existing directory works, since the slot's namespace is
+/// private and all bind sources are cloned before the template covers it.
+const MOUNTPOINTS: &[&str] = &["/tmp", "/mnt", "/var/tmp", "/run", "/opt", "/srv", "/home"];
+
+impl Template {
+    /// Builds the template. Must run on a thread that has its own mount namespace.
+    pub fn build(layout: &Layout) -> Result<Template> {
+        let err = |what: String| move |e: io::Error| Error::setup_io(what, e);
+        // 1. Clone every bind source before anything is attached.
+        let mut clones = Vec::new();
+        for e in &layout.entries {
+            match e {
+                Entry::Bind { source, target, writable, is_dir } => {
+                    let mut attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+                    if !writable {
+                        attrs |= MOUNT_ATTR_RDONLY;
+                    }
+                    let fd = clone_tree(source, true, attrs)
+                        .map_err(err(format!("cloning bind source {}", source.display())))?;
+                    clones.push((fd, target.clone(), *is_dir));
+                }
+                Entry::Device { source, target } => {
+                    let fd = clone_tree(source, false, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)
+                        .map_err(err(format!("cloning device {}", source.display())))?;
+                    clones.push((fd, target.clone(), false));
+                }
+                Entry::Symlink { .. } => {}
+            }
+        }
+        // 2. The skeleton tmpfs.
+        let root = new_tmpfs(&[("size", "16m".into()), ("mode", "0755".into())], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+            .map_err(err("creating the root tmpfs (fsopen/fsmount; Linux 5.2+ needed)".into()))?;
+        let rootdir = open_dir_at(root.as_fd(), b".").map_err(err("opening the root tmpfs".into()))?;
+        let d = rootdir.as_fd();
+        for name in ["dev", "proc", "tmp", "work", "etc", ".run", "root", "home"] {
+            mkdirat(d, name.as_bytes(), 0o755).map_err(err(format!("mkdir /{name}")))?;
+        }
+        mkdirat(d, b"dev/shm", 0o755).map_err(err("mkdir /dev/shm".into()))?;
+        for (t, l) in [("/proc/self/fd", "dev/fd"), ("/proc/self/fd/0", "dev/stdin"), ("/proc/self/fd/1", "dev/stdout"), ("/proc/self/fd/2", "dev/stderr")] {
+            symlinkat(t.as_bytes(), d, l.as_bytes()).map_err(err(format!("symlink /{l}")))?;
+        }
+        for e in &layout.entries {
+            if let Entry::Symlink { target, link } = e {
+                symlinkat(target.as_os_str().as_bytes(), d, rel(link)).map_err(err(format!("symlink {}", link.display())))?;
+            }
+        }
+        for (fd, target, is_dir) in &clones {
+            let r = rel(target);
+            make_parents(d, r).map_err(err(format!("creating the mount point {}", target.display())))?;
+            if *is_dir {
+                mkdirat(d, r, 0o755).map_err(err(format!("mkdir {}", target.display())))?;
+            } else {
+                write_file_at(d, r, b"", 0o644).map_err(err(format!("creating {}", target.display())))?;
+            }
+            let _ = fd;
+        }
+        // /etc: generated identity files and copies of the loader's configuration.
+        let passwd = format!(
+            "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{BOX_ID}:{BOX_ID}:sandbox:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        );
+        let group = format!("root:x:0:\nsandbox:x:{BOX_ID}:\nnogroup:x:65534:\n");
+        let hosts = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+        let mut generated: Vec<(&str, Vec<u8>)> =
+            vec![("etc/passwd", passwd.into_bytes()), ("etc/group", group.into_bytes()), ("etc/hostname", b"sandbox\n".to_vec())];
+        if !layout.network {
+            generated.push(("etc/hosts", hosts.as_bytes().to_vec()));
+        }
+        for (rel_path, item) in &layout.etc_files {
+            let p = Path::new("etc").join(rel_path);
+            let pb = p.as_os_str().as_bytes();
+            make_parents(d, pb).map_err(err(format!("mkdir for /{}", p.display())))?;
+            match item {
+                EtcItem::Data(data) => {
+                    write_file_at(d, pb, data, 0o644).map_err(err(format!("writing /{}", p.display())))?;
+                }
+                EtcItem::Symlink(t) => {
+                    symlinkat(t.as_os_str().as_bytes(), d, pb).map_err(err(format!("symlink /{}", p.display())))?;
+                }
+            }
+        }
+        if layout.network {
+            if let Ok(h) = std::fs::read("/etc/hosts") {
+                generated.push(("etc/hosts", h));
+            }
+        }
+        for (name, data) in generated {
+            write_file_at(d, name.as_bytes(), &data, 0o644).map_err(err(format!("writing /{name}")))?;
+        }
+        drop(rootdir);
+        // 3. Attach the skeleton and move the clones into it.
+        let mountpoint = MOUNTPOINTS
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| std::fs::symlink_metadata(p).map(|m| m.is_dir()).unwrap_or(false))
+            .ok_or_else(|| Error::setup("no directory to attach the box root at (tried /tmp, /mnt, ...)"))?;
+        attach(root.as_fd(), &mountpoint).map_err(err(format!("attaching the root at {}", mountpoint.display())))?;
+        for (fd, target, _) in &clones {
+            let at = mountpoint.join(rel_path(target));
+            attach(fd.as_fd(), &at).map_err(err(format!("binding {}", target.display())))?;
+        }
+        // The skeleton itself becomes read-only; binds keep their own attributes.
+        let mp = open_path(&mountpoint).map_err(err("opening the root".into()))?;
+        set_attrs(mp.as_fd(), false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+            .map_err(err("making the root read-only (mount_setattr; Linux 5.12+ needed)".into()))?;
+        Ok(Template { mountpoint })
+    }
+}
+
+fn open_path(p: &Path) -> io::Result<OwnedFd> {
+    let cp = cpath(p);
+    // SAFETY: NUL-terminated path; returns a fresh fd.
+    let fd = unsafe { libc::open(cp.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn rel(p: &Path) -> &[u8] {
+    let b = p.as_os_str().as_bytes();
+    let mut i = 0;
+    while i < b.len() && b[i] == b'/' {
+        i += 1;
+    }
+    &b[i..]
+}
+
+fn rel_path(p: &Path) -> &Path {
+    p.strip_prefix("/").unwrap_or(p)
+}
+
+/// Creates every parent directory of `path` (relative to `dir`).
+pub(crate) fn make_parents(dir: BorrowedFd<'_>, path: &[u8]) -> io::Result<()> {
+    let mut i = 0;
+    while let Some(j) = path[i..].iter().position(|&b| b == b'/') {
+        let end = i + j;
+        if end > 0 {
+            mkdirat(dir, &path[..end], 0o755)?;
+        }
+        i = end + 1;
+    }
+    Ok(())
+}
+
+/// Paths the child uses, all under the template's mount point, built once per slot.
+pub struct ChildPaths {
+    pub root: CString,
+    pub run: CString,
+    pub run_work: CString,
+    pub run_tmp: CString,
+    pub run_shm: CString,
+    pub work: CString,
+    pub tmp: CString,
+    pub shm: CString,
+    pub proc_: CString,
+    pub proc_sys: CString,
+}
+
+impl ChildPaths {
+    pub fn new(mountpoint: &Path) -> ChildPaths {
+        let j = |s: &str| cpath(&mountpoint.join(s));
+        ChildPaths {
+            root: cpath(mountpoint),
+            run: j(".run"),
+            run_work: j(".run/work"),
+            run_tmp: j(".run/tmp"),
+            run_shm: j(".run/shm"),
+            work: j("work"),
+            tmp: j("tmp"),
+            shm: j("dev/shm"),
+            proc_: j("proc"),
+            proc_sys: j("proc/sys"),
+        }
+    }
+}
+
+/// The per-run tmpfs that holds `/work`, `/tmp` and `/dev/shm`.
+pub struct RunFs {
+    /// Detached mount fd (the child moves it into its namespace; we keep reading through it).
+    pub mount: OwnedFd,
+    root: OwnedFd,
+}
+
+impl RunFs {
+    /// Creates the tmpfs, its three directories owned by the box user, and the input files.
+    pub fn new(size: u64, host_uid: u32, host_gid: u32, files: &[(Vec<String>, Vec<u8>)]) -> io::Result<RunFs> {
+        let inodes = (size / 4096).clamp(1024, 1 << 20);
+        let mount = new_tmpfs(
+            &[("size", size.to_string()), ("nr_inodes", inodes.to_string()), ("mode", "0700".into())],
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )?;
+        let root = open_dir_at(mount.as_fd(), b".")?;
+        for (name, mode) in [(&b"work"[..], 0o755), (b"tmp", 0o1777), (b"shm", 0o1777)] {
+            mkdirat(root.as_fd(), name, mode)?;
+            chown_at(root.as_fd(), name, host_uid, host_gid)?;
+            // mkdir applies the umask; set the mode exactly.
+            chmod_at(root.as_fd(), name, mode)?;
+        }
+        let fs = RunFs { mount, root };
+        for (parts, data) in files {
+            fs.write_input(parts, data, host_uid, host_gid)?;
+        }
+        Ok(fs)
+    }
+
+    fn write_input(&self, parts: &[String], data: &[u8], uid: u32, gid: u32) -> io::Result<()> {
+        let mut path = b"work".to_vec();
+        for (i, p) in parts.iter().enumerate() {
+            path.push(b'/');
+            path.extend_from_slice(p.as_bytes());
+            if i + 1 < parts.len() {
+                mkdirat(self.root.as_fd(), &path, 0o755)?;
+                chown_at(self.root.as_fd(), &path, uid, gid)?;
+            }
+        }
+        let fd = write_file_at(self.root.as_fd(), &path, data, 0o644)?;
+        // SAFETY: fd is a valid open file.
+        if unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Reads a file the run left in its work dir, never following a symlink and never leaving
+    /// the tmpfs. Returns `None` when there is no such regular file; the bool says truncated.
+    pub fn collect(&self, parts: &[String], cap: u64) -> Option<(Vec<u8>, bool)> {
+        let mut path = b"work".to_vec();
+        for p in parts {
+            path.push(b'/');
+            path.extend_from_slice(p.as_bytes());
+        }
+        let fd = openat2_beneath(self.root.as_fd(), &path).ok()?;
+        let mut st: libc::stat = unsafe_zeroed_stat();
+        // SAFETY: fd is valid and st is a writable stat buffer.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+            return None;
+        }
+        let mut out = Vec::with_capacity((st.st_size as u64).min(cap) as usize);
+        let mut buf = vec![0u8; 64 << 10];
+        let mut truncated = false;
+        loop {
+            // SAFETY: buf is valid for its length.
+            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return None;
+            }
+            if n == 0 {
+                break;
+            }
+            let n = n as usize;
+            let room = (cap as usize).saturating_sub(out.len());
+            if n > room {
+                out.extend_from_slice(&buf[..room]);
+                truncated = true;
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        Some((out, truncated))
+    }
+
+    /// The root directory fd of the tmpfs.
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    // SAFETY: libc::stat is plain old data; all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+fn chown_at(dir: BorrowedFd<'_>, name: &[u8], uid: u32, gid: u32) -> io::Result<()> {
+    let n = c(name);
+    // SAFETY: valid fd and NUL-terminated name.
+    if unsafe { libc::fchownat(dir.as_raw_fd(), n.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn chmod_at(dir: BorrowedFd<'_>, name: &[u8], mode: libc::mode_t) -> io::Result<()> {
+    let n = c(name);
+    // SAFETY: valid fd and NUL-terminated name.
+    if unsafe { libc::fchmodat(dir.as_raw_fd(), n.as_ptr(), mode, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+const RESOLVE_NO_XDEV: u64 = 0x01;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// Opens `path` under `dir` read-only with no symlink, no magic link, no mount crossing and
+/// no escape (`openat2`, Linux 5.6+).
+fn openat2_beneath(dir: BorrowedFd<'_>, path: &[u8]) -> io::Result<OwnedFd> {
+    let p = c(path);
+    let how = OpenHow {
+        flags: (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK) as u64,
+        mode: 0,
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+    };
+    // SAFETY: valid dir fd, NUL-terminated path, open_how laid out as the kernel expects.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), p.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// For diagnostics.
+pub fn describe(c: &CStr) -> String {
+    c.to_string_lossy().into_owned()
+}

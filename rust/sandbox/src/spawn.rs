@@ -1,0 +1,472 @@
+//! Creating the box: one flat, ordered containment pipeline.
+//!
+//! # Who forks
+//! The host process is multi-threaded (Python, torch, the sandbox's own slot threads), so the
+//! box is created the way `posix_spawn` creates a process: `clone(CLONE_VM | CLONE_NEW*)`
+//! onto a stack allocated in advance. The child shares the parent's memory until `execve`, so
+//! it costs the same whatever the size of the host process, and it must do only
+//! async-signal-safe work: it reads a [`ChildPlan`] that the parent built completely before
+//! the clone (every path, argument, environment entry, rlimit and the compiled seccomp
+//! filter), issues raw system calls through [`crate::sys`] (never libc wrappers, which would
+//! write the parent thread's `errno`), and reports a failure as a fixed 8-byte record on a
+//! close-on-exec pipe. It never allocates, never takes a lock, never panics.
+//!
+//! # The pipeline (child side, in order)
+//! 1. mark every inherited fd close-on-exec (`close_range`), wait for the parent to write
+//!    the uid/gid maps (and, on cgroup v2, to attach it to the slot cgroup);
+//! 2. mount: per-run tmpfs at `/.run` (closed to the box), binds of its directories over
+//!    `/work`, `/tmp`, `/dev/shm`, fresh `/proc`
+//!    with `/proc/sys` read-only, `pivot_root` into the template, detach the old root;
+//! 3. new cgroup namespace, hostname, `setsid` (its own session: no TIOCSTI on a shared tty);
+//! 4. stdin/stdout/stderr, rlimits;
+//! 5. identity: drop the capability bounding set, `setgroups([])`, `setresgid`/`setresuid` to
+//!    the box user (an unprivileged host id underneath), clear every capability set,
+//!    `no_new_privs`, parent-death signal;
+//! 6. working directory, default signal dispositions, empty signal mask;
+//! 7. seccomp, last: install the filter, hand its listener fd to the supervisor, close it;
+//! 8. `execve` (each `PATH` candidate in turn).
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::os::fd::RawFd;
+
+use crate::mounts::ChildPaths;
+use crate::seccomp::Filter;
+use crate::sys::{syscall3, syscall5, syscall6};
+
+/// The steps a child can fail at, reported to the parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Step {
+    Sync = 1,
+    BindRoot,
+    MountRun,
+    BindWork,
+    BindTmp,
+    BindShm,
+    DetachRun,
+    MountProc,
+    BindProcSys,
+    RemountProcSys,
+    ChdirRoot,
+    PivotRoot,
+    DetachOldRoot,
+    CgroupNs,
+    Hostname,
+    Setsid,
+    Stdio,
+    Rlimit,
+    CapBound,
+    Setgroups,
+    Setgid,
+    Setuid,
+    Capset,
+    NoNewPrivs,
+    DeathSig,
+    Chdir,
+    Signals,
+    Seccomp,
+    SendListener,
+    Exec,
+}
+
+impl Step {
+    /// Decodes a step number.
+    pub fn from_u32(v: u32) -> Option<Step> {
+        use Step::*;
+        const ALL: [Step; 30] = [
+            Sync, BindRoot, MountRun, BindWork, BindTmp, BindShm, DetachRun, MountProc, BindProcSys, RemountProcSys, ChdirRoot,
+            PivotRoot, DetachOldRoot, CgroupNs, Hostname, Setsid, Stdio, Rlimit, CapBound, Setgroups, Setgid, Setuid,
+            Capset, NoNewPrivs, DeathSig, Chdir, Signals, Seccomp, SendListener, Exec,
+        ];
+        ALL.iter().copied().find(|s| *s as u32 == v)
+    }
+
+    /// What the step does, for error messages.
+    pub fn describe(self) -> &'static str {
+        use Step::*;
+        match self {
+            Sync => "waiting for the supervisor",
+            BindRoot => "binding the root template",
+            MountRun => "attaching the run tmpfs (move_mount)",
+            BindWork => "binding /work",
+            BindTmp => "binding /tmp",
+            BindShm => "binding /dev/shm",
+            DetachRun => "detaching /.run",
+            MountProc => "mounting /proc",
+            BindProcSys => "binding /proc/sys",
+            RemountProcSys => "making /proc/sys read-only",
+            ChdirRoot => "entering the new root",
+            PivotRoot => "pivot_root",
+            DetachOldRoot => "detaching the host root",
+            CgroupNs => "unsharing the cgroup namespace",
+            Hostname => "setting the hostname",
+            Setsid => "setsid",
+            Stdio => "setting up stdin/stdout/stderr",
+            Rlimit => "setting rlimits",
+            CapBound => "dropping the capability bounding set",
+            Setgroups => "setgroups",
+            Setgid => "setresgid",
+            Setuid => "setresuid",
+            Capset => "clearing capabilities",
+            NoNewPrivs => "PR_SET_NO_NEW_PRIVS",
+            DeathSig => "PR_SET_PDEATHSIG",
+            Chdir => "entering the working directory",
+            Signals => "resetting signal dispositions",
+            Seccomp => "installing the seccomp filter",
+            SendListener => "handing the seccomp listener to the supervisor",
+            Exec => "execve",
+        }
+    }
+}
+
+/// Everything the child needs, built before the clone. Raw pointers point into `CString`s and
+/// vectors owned by the plan's owner, which outlives the child's use of them (the parent waits
+/// for `execve` or for the child's exit before dropping them).
+pub struct ChildPlan<'a> {
+    pub paths: &'a ChildPaths,
+    pub run_mount_fd: RawFd,
+    pub sync_read: RawFd,
+    pub status_write: RawFd,
+    pub listener_sock: RawFd,
+    pub stdin_fd: RawFd,
+    pub stdout_fd: RawFd,
+    pub stderr_fd: RawFd,
+    pub rlimits: &'a [(u32, libc::rlimit64)],
+    pub cap_last: u32,
+    pub box_id: u32,
+    pub hostname: &'a [u8],
+    pub cwd: &'a CString,
+    pub exec_paths: &'a [CString],
+    pub argv: &'a [*const c_char],
+    pub envp: &'a [*const c_char],
+    pub filter: &'a Filter,
+}
+
+const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
+const EMPTY: &[u8] = b"\0";
+const ROOT: &[u8] = b"/\0";
+const DOT: &[u8] = b".\0";
+const PROC: &[u8] = b"proc\0";
+
+#[inline(always)]
+fn report(fd: RawFd, step: Step, errno: i32) -> ! {
+    let mut rec = [0u8; 8];
+    let s = (step as u32).to_ne_bytes();
+    let e = errno.to_ne_bytes();
+    let mut i = 0;
+    while i < 4 {
+        rec[i] = s[i];
+        rec[4 + i] = e[i];
+        i += 1;
+    }
+    // SAFETY: rec is a valid 8-byte buffer; fd is our status pipe (or any fd: a failed write
+    // changes nothing). exit_group never returns.
+    unsafe {
+        syscall3(libc::SYS_write, fd as usize, rec.as_ptr() as usize, 8);
+        syscall3(libc::SYS_exit_group, if step == Step::Exec { 127 } else { 126 }, 0, 0);
+    }
+    #[allow(clippy::empty_loop)]
+    loop {}
+}
+
+macro_rules! step {
+    ($plan:expr, $step:expr, $call:expr) => {{
+        let r = $call;
+        if r < 0 {
+            report($plan.status_write, $step, (-r) as i32);
+        }
+        r
+    }};
+}
+
+/// The child's entry point (called by `clone` on the prepared stack).
+///
+/// Only [`clone_child`] calls it, with `arg` pointing to a live [`ChildPlan`] whose pointers
+/// are valid, in the child of a `clone` with `CLONE_VM` on a private stack.
+extern "C" fn child_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: clone_child passes a pointer to a ChildPlan that outlives the child's use.
+    let plan = unsafe { &*(arg as *const ChildPlan<'_>) };
+    // SAFETY: every call below is a raw system call on pointers from the plan, which the
+    // parent keeps alive until this process has exec'd or exited.
+    unsafe { child_main(plan) }
+}
+
+unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
+    let paths = p.paths;
+    // SAFETY (whole function): raw system calls with NUL-terminated strings and buffers that
+    // the plan owns; failures are reported and end the child.
+    unsafe {
+        // 1. Inherited fds: all close at exec, except the stdio we set up below.
+        syscall3(libc::SYS_close_range, 3, u32::MAX as usize, libc::CLOSE_RANGE_CLOEXEC as usize);
+        let mut b = [0u8; 1];
+        let r = syscall3(libc::SYS_read, p.sync_read as usize, b.as_mut_ptr() as usize, 1);
+        if r != 1 {
+            report(p.status_write, Step::Sync, if r < 0 { (-r) as i32 } else { libc::EPIPE });
+        }
+
+        // 2. File system. The template arrived as a copy from the slot's namespace, locked
+        // (copied into a less privileged user namespace), and pivot_root refuses a locked new
+        // root: a recursive bind of it onto itself gives this namespace a mount of its own.
+        step!(
+            p,
+            Step::BindRoot,
+            syscall5(
+                libc::SYS_mount,
+                paths.root.as_ptr() as usize,
+                paths.root.as_ptr() as usize,
+                0,
+                (libc::MS_BIND | libc::MS_REC) as usize,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::MountRun,
+            syscall5(
+                libc::SYS_move_mount,
+                p.run_mount_fd as usize,
+                EMPTY.as_ptr() as usize,
+                libc::AT_FDCWD as usize,
+                paths.run.as_ptr() as usize,
+                MOVE_MOUNT_F_EMPTY_PATH
+            )
+        );
+        for (src, dst, s) in [
+            (&paths.run_work, &paths.work, Step::BindWork),
+            (&paths.run_tmp, &paths.tmp, Step::BindTmp),
+            (&paths.run_shm, &paths.shm, Step::BindShm),
+        ] {
+            step!(
+                p,
+                s,
+                syscall5(libc::SYS_mount, src.as_ptr() as usize, dst.as_ptr() as usize, 0, libc::MS_BIND as usize, 0)
+            );
+        }
+        // `/.run` stays attached: its root is mode 0700 and owned by host root, which has no
+        // mapping in the box, so the box cannot enter it; detaching it would cost an RCU grace
+        // period per run.
+        step!(
+            p,
+            Step::MountProc,
+            syscall5(
+                libc::SYS_mount,
+                PROC.as_ptr() as usize,
+                paths.proc_.as_ptr() as usize,
+                PROC.as_ptr() as usize,
+                (libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as usize,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::BindProcSys,
+            syscall5(
+                libc::SYS_mount,
+                paths.proc_sys.as_ptr() as usize,
+                paths.proc_sys.as_ptr() as usize,
+                0,
+                (libc::MS_BIND | libc::MS_REC) as usize,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::RemountProcSys,
+            syscall5(
+                libc::SYS_mount,
+                0,
+                paths.proc_sys.as_ptr() as usize,
+                0,
+                (libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)
+                    as usize,
+                0
+            )
+        );
+        step!(p, Step::ChdirRoot, syscall3(libc::SYS_chdir, paths.root.as_ptr() as usize, 0, 0));
+        step!(p, Step::PivotRoot, syscall3(libc::SYS_pivot_root, DOT.as_ptr() as usize, DOT.as_ptr() as usize, 0));
+        step!(p, Step::DetachOldRoot, syscall3(libc::SYS_umount2, DOT.as_ptr() as usize, libc::MNT_DETACH as usize, 0));
+        step!(p, Step::ChdirRoot, syscall3(libc::SYS_chdir, ROOT.as_ptr() as usize, 0, 0));
+
+        // 3. Namespaces that need the slot's cgroup first, hostname, session.
+        step!(p, Step::CgroupNs, syscall3(libc::SYS_unshare, libc::CLONE_NEWCGROUP as usize, 0, 0));
+        step!(p, Step::Hostname, syscall3(libc::SYS_sethostname, p.hostname.as_ptr() as usize, p.hostname.len(), 0));
+        step!(p, Step::Setsid, syscall3(libc::SYS_setsid, 0, 0, 0));
+
+        // 4. Standard streams and rlimits.
+        for (fd, target) in [(p.stdin_fd, 0usize), (p.stdout_fd, 1), (p.stderr_fd, 2)] {
+            step!(p, Step::Stdio, syscall3(libc::SYS_dup3, fd as usize, target, 0));
+        }
+        for (res, lim) in p.rlimits {
+            step!(
+                p,
+                Step::Rlimit,
+                syscall6(libc::SYS_prlimit64, 0, *res as usize, lim as *const libc::rlimit64 as usize, 0, 0, 0)
+            );
+        }
+
+        // 5. Identity.
+        let mut cap = 0;
+        while cap <= p.cap_last {
+            step!(p, Step::CapBound, syscall3(libc::SYS_prctl, libc::PR_CAPBSET_DROP as usize, cap as usize, 0));
+            cap += 1;
+        }
+        step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
+        let id = p.box_id as usize;
+        step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, id, id, id));
+        step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, id, id, id));
+        let header = CapHeader { version: 0x2008_0522, pid: 0 };
+        let data = [CapData::default(), CapData::default()];
+        step!(
+            p,
+            Step::Capset,
+            syscall3(libc::SYS_capset, &header as *const CapHeader as usize, data.as_ptr() as usize, 0)
+        );
+        step!(
+            p,
+            Step::Capset,
+            syscall6(libc::SYS_prctl, libc::PR_CAP_AMBIENT as usize, libc::PR_CAP_AMBIENT_CLEAR_ALL as usize, 0, 0, 0, 0)
+        );
+        step!(p, Step::NoNewPrivs, syscall6(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0, 0, 0));
+        step!(p, Step::DeathSig, syscall3(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as usize, libc::SIGKILL as usize, 0));
+
+        // 6. Working directory and signals.
+        step!(p, Step::Chdir, syscall3(libc::SYS_chdir, p.cwd.as_ptr() as usize, 0, 0));
+        let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+        let mut sig = 1;
+        while sig <= 64 {
+            if sig != libc::SIGKILL as usize && sig != libc::SIGSTOP as usize {
+                syscall6(libc::SYS_rt_sigaction, sig, &dfl as *const KernelSigaction as usize, 0, 8, 0, 0);
+            }
+            sig += 1;
+        }
+        let empty: u64 = 0;
+        step!(
+            p,
+            Step::Signals,
+            syscall6(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as usize, &empty as *const u64 as usize, 0, 8, 0, 0)
+        );
+
+        // 7. Seccomp, last.
+        let listener = match p.filter.install() {
+            Ok(fd) => fd,
+            Err(e) => report(p.status_write, Step::Seccomp, e),
+        };
+        step!(p, Step::SendListener, crate::seccomp::send_fd(p.listener_sock, listener));
+        syscall3(libc::SYS_close, listener as usize, 0, 0);
+
+        // 8. Exec.
+        let mut err = libc::ENOENT;
+        for path in p.exec_paths {
+            let r = syscall3(libc::SYS_execve, path.as_ptr() as usize, p.argv.as_ptr() as usize, p.envp.as_ptr() as usize);
+            let e = (-r) as i32;
+            if e != libc::ENOENT && e != libc::ENOTDIR {
+                err = e;
+            }
+        }
+        report(p.status_write, Step::Exec, err)
+    }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+/// A stack for the clone child: an anonymous mapping with a guard page at its low end.
+pub struct ChildStack {
+    base: *mut c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; it is used by one child at a time.
+unsafe impl Send for ChildStack {}
+
+impl ChildStack {
+    /// Maps `len` bytes plus a guard page.
+    pub fn new(len: usize) -> std::io::Result<ChildStack> {
+        let page = 4096;
+        let total = len + page;
+        // SAFETY: anonymous private mapping; the result is checked.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the first page of our own mapping becomes the guard.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } < 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: unmapping what we mapped.
+            unsafe { libc::munmap(base, total) };
+            return Err(e);
+        }
+        Ok(ChildStack { base, len: total })
+    }
+
+    /// The initial stack pointer (top of the mapping, 16-byte aligned).
+    pub fn top(&self) -> *mut c_void {
+        // SAFETY: one-past-the-end of our own mapping.
+        unsafe { (self.base as *mut u8).add(self.len) as *mut c_void }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping we own; no child uses it any more.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Clones the child. Returns `(pid, pidfd)`.
+///
+/// # Safety
+/// `plan` must stay alive and unmodified until the child has exec'd or exited; `stack` must
+/// not be used by another child at the same time; the calling thread should have every signal
+/// blocked (the child inherits the mask and resets dispositions before unblocking).
+pub unsafe fn clone_child(plan: &ChildPlan<'_>, stack: &ChildStack, flags: c_int) -> std::io::Result<(libc::pid_t, RawFd)> {
+    let mut pidfd: c_int = -1;
+    // SAFETY: child_entry matches the callback type; the stack top is valid; plan outlives the
+    // child's use of it (caller's contract); &mut pidfd receives the pidfd (CLONE_PIDFD).
+    let pid = unsafe {
+        libc::clone(
+            child_entry,
+            stack.top(),
+            flags | libc::CLONE_VM | libc::CLONE_PIDFD,
+            plan as *const ChildPlan<'_> as *mut c_void,
+            &mut pidfd as *mut c_int,
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((pid, pidfd))
+}
+
+/// Builds a NULL-terminated pointer array over C strings.
+pub fn ptr_array(v: &[CString]) -> Vec<*const c_char> {
+    v.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+}
