@@ -3,21 +3,39 @@ use agentrl_sandbox::{RunRequest, Sandbox, SandboxConfig};
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let n: usize = if !args.is_empty() && args[0].parse::<usize>().is_ok() { args.remove(0).parse().unwrap() } else { 200 };
+    let n: usize = if !args.is_empty() && args[0].parse::<usize>().is_ok() {
+        args.remove(0).parse().unwrap()
+    } else {
+        200
+    };
     if args.is_empty() {
         args.push("/bin/true".into());
     }
     let sb = Sandbox::new(SandboxConfig::default()).expect("sandbox");
     let argv: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let r = sb.run(RunRequest { argv: argv.clone(), ..Default::default() }).expect("run");
+    let r = sb
+        .run(RunRequest {
+            argv: argv.clone(),
+            ..Default::default()
+        })
+        .expect("run");
     println!("{r:?}");
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
         let t = std::time::Instant::now();
-        let r = sb.run(RunRequest { argv: argv.clone(), ..Default::default() }).expect("run");
+        let r = sb
+            .run(RunRequest {
+                argv: argv.clone(),
+                ..Default::default()
+            })
+            .expect("run");
         times.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(r.ok(), "{r:?}");
     }
     times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    println!("median {:.3} ms, p90 {:.3} ms over {n} runs", times[n / 2], times[n * 9 / 10]);
+    println!(
+        "median {:.3} ms, p90 {:.3} ms over {n} runs",
+        times[n / 2],
+        times[n * 9 / 10]
+    );
 }

@@ -79,7 +79,9 @@ pub fn default_env() -> Vec<(String, String)> {
 
 /// Default concurrency: two boxes per core, at least four.
 pub fn default_concurrency() -> usize {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     (cores * 2).max(4)
 }
 
@@ -122,7 +124,10 @@ pub(crate) fn relative_path(field: &str, p: &str) -> Result<Vec<String>> {
             Component::Normal(s) => parts.push(s.to_string_lossy().into_owned()),
             Component::CurDir => {}
             Component::RootDir | Component::Prefix(_) => {
-                return Err(Error::invalid(field, format!("{p:?} is absolute; give a path relative to the work dir")));
+                return Err(Error::invalid(
+                    field,
+                    format!("{p:?} is absolute; give a path relative to the work dir"),
+                ));
             }
             Component::ParentDir => {
                 return Err(Error::invalid(field, format!("{p:?} escapes the work dir")));
@@ -133,7 +138,10 @@ pub(crate) fn relative_path(field: &str, p: &str) -> Result<Vec<String>> {
         return Err(Error::invalid(field, format!("{p:?} names no file")));
     }
     if parts.iter().any(|s| s.len() > 255) {
-        return Err(Error::invalid(field, format!("{p:?} has a component longer than 255 bytes")));
+        return Err(Error::invalid(
+            field,
+            format!("{p:?} has a component longer than 255 bytes"),
+        ));
     }
     Ok(parts)
 }
@@ -152,7 +160,12 @@ pub(crate) fn absolute_box_path(field: &str, p: &Path) -> Result<PathBuf> {
         match c {
             Component::Normal(s) => out.push(s),
             Component::RootDir | Component::CurDir => {}
-            _ => return Err(Error::invalid(field, format!("{p:?} must not contain '..'"))),
+            _ => {
+                return Err(Error::invalid(
+                    field,
+                    format!("{p:?} must not contain '..'"),
+                ))
+            }
         }
     }
     Ok(out)
@@ -161,10 +174,16 @@ pub(crate) fn absolute_box_path(field: &str, p: &Path) -> Result<PathBuf> {
 /// Validates an environment entry.
 pub(crate) fn env_entry(k: &str, v: &str) -> Result<CString> {
     if k.is_empty() || k.contains('=') || k.contains('\0') {
-        return Err(Error::invalid("env", format!("invalid variable name {k:?}")));
+        return Err(Error::invalid(
+            "env",
+            format!("invalid variable name {k:?}"),
+        ));
     }
     if v.contains('\0') {
-        return Err(Error::invalid("env", format!("value of {k} contains a NUL byte")));
+        return Err(Error::invalid(
+            "env",
+            format!("value of {k} contains a NUL byte"),
+        ));
     }
     Ok(CString::new(format!("{k}={v}")).expect("checked for NUL"))
 }
@@ -187,7 +206,10 @@ mod tests {
 
     #[test]
     fn absolute_paths() {
-        assert_eq!(absolute_box_path("cwd", Path::new("/work/x/")).unwrap(), PathBuf::from("/work/x"));
+        assert_eq!(
+            absolute_box_path("cwd", Path::new("/work/x/")).unwrap(),
+            PathBuf::from("/work/x")
+        );
         assert!(absolute_box_path("cwd", Path::new("work")).is_err());
         assert!(absolute_box_path("cwd", Path::new("/work/../etc")).is_err());
     }

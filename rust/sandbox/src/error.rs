@@ -14,22 +14,34 @@ pub enum Error {
     InvalidArgument { field: String, message: String },
     /// The host lacks something the sandbox needs (a kernel feature, a cgroup controller,
     /// privileges); `what` says what, in words a user can act on.
-    Setup { what: String, source: Option<std::io::Error> },
+    Setup {
+        what: String,
+        source: Option<std::io::Error>,
+    },
     /// The sandbox was closed.
     Closed,
 }
 
 impl Error {
     pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::InvalidArgument { field: field.into(), message: message.into() }
+        Error::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     pub(crate) fn setup(what: impl Into<String>) -> Self {
-        Error::Setup { what: what.into(), source: None }
+        Error::Setup {
+            what: what.into(),
+            source: None,
+        }
     }
 
     pub(crate) fn setup_io(what: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Setup { what: what.into(), source: Some(source) }
+        Error::Setup {
+            what: what.into(),
+            source: Some(source),
+        }
     }
 }
 
@@ -37,7 +49,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidArgument { field, message } => write!(f, "invalid {field}: {message}"),
-            Error::Setup { what, source: Some(e) } => write!(f, "sandbox set-up failed: {what}: {e}"),
+            Error::Setup {
+                what,
+                source: Some(e),
+            } => write!(f, "sandbox set-up failed: {what}: {e}"),
             Error::Setup { what, source: None } => write!(f, "sandbox set-up failed: {what}"),
             Error::Closed => write!(f, "the sandbox is closed"),
         }
@@ -47,7 +62,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Setup { source: Some(e), .. } => Some(e),
+            Error::Setup {
+                source: Some(e), ..
+            } => Some(e),
             _ => None,
         }
     }

@@ -50,12 +50,21 @@ pub const MAX_SECONDS: f64 = 86_400.0;
 impl Limits {
     /// Checks every field; the error names the first invalid one.
     pub fn validate(&self) -> Result<()> {
-        for (name, v) in [("wall_time_s", self.wall_time_s), ("cpu_time_s", self.cpu_time_s)] {
+        for (name, v) in [
+            ("wall_time_s", self.wall_time_s),
+            ("cpu_time_s", self.cpu_time_s),
+        ] {
             if !v.is_finite() || v <= 0.0 {
-                return Err(Error::invalid(name, format!("must be a positive number of seconds, got {v}")));
+                return Err(Error::invalid(
+                    name,
+                    format!("must be a positive number of seconds, got {v}"),
+                ));
             }
             if v > MAX_SECONDS {
-                return Err(Error::invalid(name, format!("must be at most {MAX_SECONDS} seconds, got {v}")));
+                return Err(Error::invalid(
+                    name,
+                    format!("must be at most {MAX_SECONDS} seconds, got {v}"),
+                ));
             }
         }
         let ints = [
@@ -68,11 +77,17 @@ impl Limits {
         ];
         for (name, v, min) in ints {
             if v < min {
-                return Err(Error::invalid(name, format!("must be at least {min}, got {v}")));
+                return Err(Error::invalid(
+                    name,
+                    format!("must be at least {min}, got {v}"),
+                ));
             }
         }
         if self.max_pids > 1 << 22 {
-            return Err(Error::invalid("max_pids", format!("must be at most {}, got {}", 1 << 22, self.max_pids)));
+            return Err(Error::invalid(
+                "max_pids",
+                format!("must be at most {}, got {}", 1 << 22, self.max_pids),
+            ));
         }
         if self.max_open_files > 1 << 20 {
             return Err(Error::invalid(
@@ -95,7 +110,8 @@ mod tests {
 
     #[test]
     fn each_bad_field_is_named() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut Limits)>)> = vec![
+        type Mutation = Box<dyn Fn(&mut Limits)>;
+        let cases: Vec<(&str, Mutation)> = vec![
             ("wall_time_s", Box::new(|l| l.wall_time_s = 0.0)),
             ("wall_time_s", Box::new(|l| l.wall_time_s = f64::NAN)),
             ("cpu_time_s", Box::new(|l| l.cpu_time_s = -1.0)),

@@ -73,14 +73,27 @@ fn cpath(p: &Path) -> CString {
 pub(crate) fn new_tmpfs(options: &[(&str, String)], attrs: u64) -> io::Result<OwnedFd> {
     let name = c(b"tmpfs");
     // SAFETY: fsopen takes a NUL-terminated name and flags; it returns a new fd we own.
-    let fs = unsafe { cvt(libc::syscall(libc::SYS_fsopen, name.as_ptr(), libc::FSOPEN_CLOEXEC))? };
+    let fs = unsafe {
+        cvt(libc::syscall(
+            libc::SYS_fsopen,
+            name.as_ptr(),
+            libc::FSOPEN_CLOEXEC,
+        ))?
+    };
     // SAFETY: fs is a valid fd just returned by fsopen and owned by nobody else.
     let fs = unsafe { OwnedFd::from_raw_fd(fs as RawFd) };
     for (k, v) in options {
         let (k, v) = (c(k.as_bytes()), c(v.as_bytes()));
         // SAFETY: fs is a valid fs-context fd; key and value are NUL-terminated strings.
         unsafe {
-            cvt(libc::syscall(libc::SYS_fsconfig, fs.as_raw_fd(), FSCONFIG_SET_STRING, k.as_ptr(), v.as_ptr(), 0))?;
+            cvt(libc::syscall(
+                libc::SYS_fsconfig,
+                fs.as_raw_fd(),
+                FSCONFIG_SET_STRING,
+                k.as_ptr(),
+                v.as_ptr(),
+                0,
+            ))?;
         }
     }
     // SAFETY: as above, with no key or value.
@@ -95,7 +108,14 @@ pub(crate) fn new_tmpfs(options: &[(&str, String)], attrs: u64) -> io::Result<Ow
         ))?
     };
     // SAFETY: fsmount on a created fs context; returns a new mount fd we own.
-    let m = unsafe { cvt(libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), libc::FSMOUNT_CLOEXEC, attrs))? };
+    let m = unsafe {
+        cvt(libc::syscall(
+            libc::SYS_fsmount,
+            fs.as_raw_fd(),
+            libc::FSMOUNT_CLOEXEC,
+            attrs,
+        ))?
+    };
     // SAFETY: m is a fresh fd owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(m as RawFd) })
 }
@@ -106,7 +126,14 @@ fn clone_tree(path: &Path, recursive: bool, attrs: u64) -> io::Result<OwnedFd> {
     let p = cpath(path);
     let flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: p is NUL-terminated; the returned fd is new and ours.
-    let fd = unsafe { cvt(libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, p.as_ptr(), flags))? };
+    let fd = unsafe {
+        cvt(libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            flags,
+        ))?
+    };
     // SAFETY: fd is a fresh fd owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
     set_attrs(fd.as_fd(), recursive, attrs)?;
@@ -117,7 +144,12 @@ use std::os::fd::AsFd;
 
 /// `mount_setattr` on the mount an fd refers to.
 fn set_attrs(fd: BorrowedFd<'_>, recursive: bool, attrs: u64) -> io::Result<()> {
-    let attr = MountAttr { attr_set: attrs, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let attr = MountAttr {
+        attr_set: attrs,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
     let empty = c(b"");
     let flags = libc::AT_EMPTY_PATH as u32 | if recursive { AT_RECURSIVE } else { 0 };
     // SAFETY: fd is valid; attr is a properly laid out mount_attr and its size is passed.
@@ -166,7 +198,12 @@ pub(crate) fn mkdirat(dir: BorrowedFd<'_>, name: &[u8], mode: libc::mode_t) -> i
 }
 
 /// Creates (or truncates) a regular file under `dir` and writes `data` to it.
-pub(crate) fn write_file_at(dir: BorrowedFd<'_>, name: &[u8], data: &[u8], mode: libc::mode_t) -> io::Result<OwnedFd> {
+pub(crate) fn write_file_at(
+    dir: BorrowedFd<'_>,
+    name: &[u8],
+    data: &[u8],
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
     let n = c(name);
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: dir is valid, n NUL-terminated; the fd returned is ours.
@@ -179,7 +216,13 @@ pub(crate) fn write_file_at(dir: BorrowedFd<'_>, name: &[u8], data: &[u8], mode:
     let mut off = 0;
     while off < data.len() {
         // SAFETY: the buffer slice is valid for its length.
-        let n = unsafe { libc::write(fd.as_raw_fd(), data[off..].as_ptr().cast(), data.len() - off) };
+        let n = unsafe {
+            libc::write(
+                fd.as_raw_fd(),
+                data[off..].as_ptr().cast(),
+                data.len() - off,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -197,7 +240,11 @@ pub(crate) fn open_dir_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<OwnedF
     let n = c(name);
     // SAFETY: valid dir fd and NUL-terminated name.
     let fd = unsafe {
-        libc::openat(dir.as_raw_fd(), n.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        libc::openat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());
@@ -222,7 +269,12 @@ fn symlinkat(target: &[u8], dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
     /// A read-only (or writable) recursive bind of a host directory or file.
-    Bind { source: PathBuf, target: PathBuf, writable: bool, is_dir: bool },
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        writable: bool,
+        is_dir: bool,
+    },
     /// A symlink, replicated from the host's merged-/usr layout.
     Symlink { target: PathBuf, link: PathBuf },
     /// A host device node bound read-write.
@@ -264,17 +316,29 @@ impl Layout {
         if !usr.is_dir() {
             return Err(Error::setup("/usr is not a directory on this host"));
         }
-        entries.push(Entry::Bind { source: usr.into(), target: usr.into(), writable: false, is_dir: true });
+        entries.push(Entry::Bind {
+            source: usr.into(),
+            target: usr.into(),
+            writable: false,
+            is_dir: true,
+        });
         for d in SYSTEM_DIRS {
             let p = Path::new(d);
             match std::fs::symlink_metadata(p) {
                 Ok(m) if m.file_type().is_symlink() => {
-                    let t = std::fs::read_link(p).map_err(|e| Error::setup_io(format!("readlink {d}"), e))?;
-                    entries.push(Entry::Symlink { target: t, link: p.into() });
+                    let t = std::fs::read_link(p)
+                        .map_err(|e| Error::setup_io(format!("readlink {d}"), e))?;
+                    entries.push(Entry::Symlink {
+                        target: t,
+                        link: p.into(),
+                    });
                 }
-                Ok(m) if m.is_dir() => {
-                    entries.push(Entry::Bind { source: p.into(), target: p.into(), writable: false, is_dir: true })
-                }
+                Ok(m) if m.is_dir() => entries.push(Entry::Bind {
+                    source: p.into(),
+                    target: p.into(),
+                    writable: false,
+                    is_dir: true,
+                }),
                 _ => {}
             }
         }
@@ -296,26 +360,54 @@ impl Layout {
         }
         for p in extra {
             if p == Path::new("/") || forbidden_target(&p) {
-                return Err(Error::invalid("system_paths", format!("{} cannot be bound into the box", p.display())));
+                return Err(Error::invalid(
+                    "system_paths",
+                    format!("{} cannot be bound into the box", p.display()),
+                ));
             }
             let is_dir = p.is_dir();
-            entries.push(Entry::Bind { source: p.clone(), target: p, writable: false, is_dir });
+            entries.push(Entry::Bind {
+                source: p.clone(),
+                target: p,
+                writable: false,
+                is_dir,
+            });
         }
-        for Bind { source, target, writable } in &config.binds {
+        for Bind {
+            source,
+            target,
+            writable,
+        } in &config.binds
+        {
             let target = crate::config::absolute_box_path("binds", target)?;
             if target == Path::new("/") || forbidden_target(&target) {
-                return Err(Error::invalid("binds", format!("cannot bind over {} inside the box", target.display())));
+                return Err(Error::invalid(
+                    "binds",
+                    format!("cannot bind over {} inside the box", target.display()),
+                ));
             }
-            let meta = std::fs::metadata(source)
-                .map_err(|e| Error::invalid("binds", format!("source {}: {e}", source.display())))?;
-            entries.push(Entry::Bind { source: source.clone(), target, writable: *writable, is_dir: meta.is_dir() });
+            let meta = std::fs::metadata(source).map_err(|e| {
+                Error::invalid("binds", format!("source {}: {e}", source.display()))
+            })?;
+            entries.push(Entry::Bind {
+                source: source.clone(),
+                target,
+                writable: *writable,
+                is_dir: meta.is_dir(),
+            });
         }
         for d in DEVICES {
             let p = PathBuf::from(format!("/dev/{d}"));
             if !p.exists() {
-                return Err(Error::setup(format!("{} is missing on the host", p.display())));
+                return Err(Error::setup(format!(
+                    "{} is missing on the host",
+                    p.display()
+                )));
             }
-            entries.push(Entry::Device { source: p.clone(), target: p });
+            entries.push(Entry::Device {
+                source: p.clone(),
+                target: p,
+            });
         }
         let mut etc_files = Vec::new();
         let mut names: Vec<&str> = ETC_COPY.to_vec();
@@ -323,20 +415,33 @@ impl Layout {
             names.extend_from_slice(ETC_COPY_NETWORK);
         }
         for name in names {
-            collect_etc(Path::new("/etc").join(name), PathBuf::from(name), 0, &mut etc_files);
+            collect_etc(
+                Path::new("/etc").join(name),
+                PathBuf::from(name),
+                0,
+                &mut etc_files,
+            );
         }
-        Ok(Layout { entries, etc_files, network: config.network })
+        Ok(Layout {
+            entries,
+            etc_files,
+            network: config.network,
+        })
     }
 }
 
 /// Box paths that the sandbox builds itself and a bind must not replace.
 fn forbidden_target(p: &Path) -> bool {
-    ["/proc", "/dev", "/work", "/tmp", "/etc", "/.run"].iter().any(|f| p == Path::new(f) || p.starts_with(format!("{f}/")))
+    ["/proc", "/dev", "/work", "/tmp", "/etc", "/.run"]
+        .iter()
+        .any(|f| p == Path::new(f) || p.starts_with(format!("{f}/")))
         || p.starts_with("/proc")
 }
 
 fn collect_etc(host: PathBuf, rel: PathBuf, depth: u32, out: &mut Vec<(PathBuf, EtcItem)>) {
-    let Ok(meta) = std::fs::symlink_metadata(&host) else { return };
+    let Ok(meta) = std::fs::symlink_metadata(&host) else {
+        return;
+    };
     if meta.file_type().is_symlink() {
         if let Ok(t) = std::fs::read_link(&host) {
             out.push((rel, EtcItem::Symlink(t)));
@@ -375,7 +480,12 @@ impl Template {
         let mut clones = Vec::new();
         for e in &layout.entries {
             match e {
-                Entry::Bind { source, target, writable, is_dir } => {
+                Entry::Bind {
+                    source,
+                    target,
+                    writable,
+                    is_dir,
+                } => {
                     let mut attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
                     if !writable {
                         attrs |= MOUNT_ATTR_RDONLY;
@@ -393,29 +503,45 @@ impl Template {
             }
         }
         // 2. The skeleton tmpfs.
-        let root = new_tmpfs(&[("size", "16m".into()), ("mode", "0755".into())], MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-            .map_err(err("creating the root tmpfs (fsopen/fsmount; Linux 5.2+ needed)".into()))?;
-        let rootdir = open_dir_at(root.as_fd(), b".").map_err(err("opening the root tmpfs".into()))?;
+        let root = new_tmpfs(
+            &[("size", "16m".into()), ("mode", "0755".into())],
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )
+        .map_err(err(
+            "creating the root tmpfs (fsopen/fsmount; Linux 5.2+ needed)".into(),
+        ))?;
+        let rootdir =
+            open_dir_at(root.as_fd(), b".").map_err(err("opening the root tmpfs".into()))?;
         let d = rootdir.as_fd();
         for name in ["dev", "proc", "tmp", "work", "etc", ".run", "root", "home"] {
             mkdirat(d, name.as_bytes(), 0o755).map_err(err(format!("mkdir /{name}")))?;
         }
         mkdirat(d, b"dev/shm", 0o755).map_err(err("mkdir /dev/shm".into()))?;
-        for (t, l) in [("/proc/self/fd", "dev/fd"), ("/proc/self/fd/0", "dev/stdin"), ("/proc/self/fd/1", "dev/stdout"), ("/proc/self/fd/2", "dev/stderr")] {
+        for (t, l) in [
+            ("/proc/self/fd", "dev/fd"),
+            ("/proc/self/fd/0", "dev/stdin"),
+            ("/proc/self/fd/1", "dev/stdout"),
+            ("/proc/self/fd/2", "dev/stderr"),
+        ] {
             symlinkat(t.as_bytes(), d, l.as_bytes()).map_err(err(format!("symlink /{l}")))?;
         }
         for e in &layout.entries {
             if let Entry::Symlink { target, link } = e {
-                symlinkat(target.as_os_str().as_bytes(), d, rel(link)).map_err(err(format!("symlink {}", link.display())))?;
+                symlinkat(target.as_os_str().as_bytes(), d, rel(link))
+                    .map_err(err(format!("symlink {}", link.display())))?;
             }
         }
         for (fd, target, is_dir) in &clones {
             let r = rel(target);
-            make_parents(d, r).map_err(err(format!("creating the mount point {}", target.display())))?;
+            make_parents(d, r).map_err(err(format!(
+                "creating the mount point {}",
+                target.display()
+            )))?;
             if *is_dir {
                 mkdirat(d, r, 0o755).map_err(err(format!("mkdir {}", target.display())))?;
             } else {
-                write_file_at(d, r, b"", 0o644).map_err(err(format!("creating {}", target.display())))?;
+                write_file_at(d, r, b"", 0o644)
+                    .map_err(err(format!("creating {}", target.display())))?;
             }
             let _ = fd;
         }
@@ -425,8 +551,11 @@ impl Template {
         );
         let group = format!("root:x:0:\nsandbox:x:{BOX_ID}:\nnogroup:x:65534:\n");
         let hosts = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
-        let mut generated: Vec<(&str, Vec<u8>)> =
-            vec![("etc/passwd", passwd.into_bytes()), ("etc/group", group.into_bytes()), ("etc/hostname", b"sandbox\n".to_vec())];
+        let mut generated: Vec<(&str, Vec<u8>)> = vec![
+            ("etc/passwd", passwd.into_bytes()),
+            ("etc/group", group.into_bytes()),
+            ("etc/hostname", b"sandbox\n".to_vec()),
+        ];
         if !layout.network {
             generated.push(("etc/hosts", hosts.as_bytes().to_vec()));
         }
@@ -436,10 +565,12 @@ impl Template {
             make_parents(d, pb).map_err(err(format!("mkdir for /{}", p.display())))?;
             match item {
                 EtcItem::Data(data) => {
-                    write_file_at(d, pb, data, 0o644).map_err(err(format!("writing /{}", p.display())))?;
+                    write_file_at(d, pb, data, 0o644)
+                        .map_err(err(format!("writing /{}", p.display())))?;
                 }
                 EtcItem::Symlink(t) => {
-                    symlinkat(t.as_os_str().as_bytes(), d, pb).map_err(err(format!("symlink /{}", p.display())))?;
+                    symlinkat(t.as_os_str().as_bytes(), d, pb)
+                        .map_err(err(format!("symlink /{}", p.display())))?;
                 }
             }
         }
@@ -449,24 +580,40 @@ impl Template {
             }
         }
         for (name, data) in generated {
-            write_file_at(d, name.as_bytes(), &data, 0o644).map_err(err(format!("writing /{name}")))?;
+            write_file_at(d, name.as_bytes(), &data, 0o644)
+                .map_err(err(format!("writing /{name}")))?;
         }
         drop(rootdir);
         // 3. Attach the skeleton and move the clones into it.
         let mountpoint = MOUNTPOINTS
             .iter()
             .map(PathBuf::from)
-            .find(|p| std::fs::symlink_metadata(p).map(|m| m.is_dir()).unwrap_or(false))
-            .ok_or_else(|| Error::setup("no directory to attach the box root at (tried /tmp, /mnt, ...)"))?;
-        attach(root.as_fd(), &mountpoint).map_err(err(format!("attaching the root at {}", mountpoint.display())))?;
+            .find(|p| {
+                std::fs::symlink_metadata(p)
+                    .map(|m| m.is_dir())
+                    .unwrap_or(false)
+            })
+            .ok_or_else(|| {
+                Error::setup("no directory to attach the box root at (tried /tmp, /mnt, ...)")
+            })?;
+        attach(root.as_fd(), &mountpoint).map_err(err(format!(
+            "attaching the root at {}",
+            mountpoint.display()
+        )))?;
         for (fd, target, _) in &clones {
             let at = mountpoint.join(rel_path(target));
             attach(fd.as_fd(), &at).map_err(err(format!("binding {}", target.display())))?;
         }
         // The skeleton itself becomes read-only; binds keep their own attributes.
         let mp = open_path(&mountpoint).map_err(err("opening the root".into()))?;
-        set_attrs(mp.as_fd(), false, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-            .map_err(err("making the root read-only (mount_setattr; Linux 5.12+ needed)".into()))?;
+        set_attrs(
+            mp.as_fd(),
+            false,
+            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        )
+        .map_err(err(
+            "making the root read-only (mount_setattr; Linux 5.12+ needed)".into(),
+        ))?;
         Ok(Template { mountpoint })
     }
 }
@@ -474,7 +621,12 @@ impl Template {
 fn open_path(p: &Path) -> io::Result<OwnedFd> {
     let cp = cpath(p);
     // SAFETY: NUL-terminated path; returns a fresh fd.
-    let fd = unsafe { libc::open(cp.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            cp.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -549,10 +701,19 @@ pub struct RunFs {
 
 impl RunFs {
     /// Creates the tmpfs, its three directories owned by the box user, and the input files.
-    pub fn new(size: u64, host_uid: u32, host_gid: u32, files: &[(Vec<String>, Vec<u8>)]) -> io::Result<RunFs> {
+    pub fn new(
+        size: u64,
+        host_uid: u32,
+        host_gid: u32,
+        files: &[(Vec<String>, Vec<u8>)],
+    ) -> io::Result<RunFs> {
         let inodes = (size / 4096).clamp(1024, 1 << 20);
         let mount = new_tmpfs(
-            &[("size", size.to_string()), ("nr_inodes", inodes.to_string()), ("mode", "0700".into())],
+            &[
+                ("size", size.to_string()),
+                ("nr_inodes", inodes.to_string()),
+                ("mode", "0700".into()),
+            ],
             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         )?;
         let root = open_dir_at(mount.as_fd(), b".")?;
@@ -598,7 +759,9 @@ impl RunFs {
         let fd = openat2_beneath(self.root.as_fd(), &path).ok()?;
         let mut st: libc::stat = unsafe_zeroed_stat();
         // SAFETY: fd is valid and st is a writable stat buffer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 || (st.st_mode & libc::S_IFMT) != libc::S_IFREG {
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0
+            || (st.st_mode & libc::S_IFMT) != libc::S_IFREG
+        {
             return None;
         }
         let mut out = Vec::with_capacity((st.st_size as u64).min(cap) as usize);
@@ -642,7 +805,16 @@ fn unsafe_zeroed_stat() -> libc::stat {
 fn chown_at(dir: BorrowedFd<'_>, name: &[u8], uid: u32, gid: u32) -> io::Result<()> {
     let n = c(name);
     // SAFETY: valid fd and NUL-terminated name.
-    if unsafe { libc::fchownat(dir.as_raw_fd(), n.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) } < 0 {
+    if unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            n.as_ptr(),
+            uid,
+            gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    } < 0
+    {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -680,7 +852,13 @@ fn openat2_beneath(dir: BorrowedFd<'_>, path: &[u8]) -> io::Result<OwnedFd> {
     };
     // SAFETY: valid dir fd, NUL-terminated path, open_how laid out as the kernel expects.
     let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), p.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            p.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());

@@ -6,7 +6,10 @@ use crate::limits::Limits;
 /// `RLIMIT_AS` and `RLIMIT_NPROC` stand in (each slot has its own host uid, so `RLIMIT_NPROC`
 /// counts only the box's processes).
 pub fn for_limits(l: &Limits, degraded: bool) -> Vec<(u32, libc::rlimit64)> {
-    let lim = |cur: u64, max: u64| libc::rlimit64 { rlim_cur: cur, rlim_max: max };
+    let lim = |cur: u64, max: u64| libc::rlimit64 {
+        rlim_cur: cur,
+        rlim_max: max,
+    };
     // CPU time: the supervisor enforces the exact limit over the whole cgroup; the rlimit is a
     // per-process backstop one second later (SIGXCPU), then SIGKILL a second after that.
     let cpu = l.cpu_time_s.ceil() as u64 + 1;
@@ -26,12 +29,16 @@ pub fn for_limits(l: &Limits, degraded: bool) -> Vec<(u32, libc::rlimit64)> {
     // CAP_SYS_RESOURCE in the initial user namespace, which the box does not have.
     v.into_iter()
         .map(|(r, mut l)| {
-            let mut cur = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+            let mut cur = libc::rlimit64 {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
             // SAFETY: getrlimit64 writes a valid rlimit64.
             if unsafe { libc::getrlimit64(r, &mut cur) } == 0 {
                 l.rlim_max = l.rlim_max.min(cur.rlim_max);
                 l.rlim_cur = l.rlim_cur.min(l.rlim_max);
             }
+            #[allow(clippy::unnecessary_cast)] // the resource type is u32 on glibc, c_int elsewhere
             (r as u32, l)
         })
         .collect()

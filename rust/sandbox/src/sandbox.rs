@@ -59,7 +59,9 @@ struct Shared {
     config: SandboxConfig,
     layout: Layout,
     filter: Filter,
-    cgroups: Option<cgroup::Manager>,
+    /// The cgroup manager; taken (and its base cgroups removed) by `close`.
+    cgroups: Mutex<Option<cgroup::Manager>>,
+    cgroup_version: Option<cgroup::Version>,
     queue: Mutex<Queue>,
     cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -78,7 +80,10 @@ impl Sandbox {
     pub fn new(config: SandboxConfig) -> Result<Sandbox> {
         config.limits.validate()?;
         if config.max_concurrency == 0 || config.max_concurrency > 4096 {
-            return Err(Error::invalid("max_concurrency", "must be between 1 and 4096"));
+            return Err(Error::invalid(
+                "max_concurrency",
+                "must be between 1 and 4096",
+            ));
         }
         for (k, v) in &config.env {
             config::env_entry(k, v)?;
@@ -92,7 +97,9 @@ impl Sandbox {
             ));
         }
         let layout = Layout::discover(&config)?;
-        let filter = Filter::compile(&Policy { allow_network: config.network });
+        let filter = Filter::compile(&Policy {
+            allow_network: config.network,
+        });
         let cgroups = match cgroup::Manager::new(config.cgroup_parent.as_deref()) {
             Ok(m) => Some(m),
             Err(e) if config.degraded => {
@@ -113,8 +120,15 @@ impl Sandbox {
             config,
             layout,
             filter,
-            cgroups,
-            queue: Mutex::new(Queue { jobs: VecDeque::new(), idle: 0, slots: 0, next_index: 0, closed: false }),
+            cgroup_version: cgroups.as_ref().map(|m| m.version()),
+            cgroups: Mutex::new(cgroups),
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                idle: 0,
+                slots: 0,
+                next_index: 0,
+                closed: false,
+            }),
             cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
             cap_last,
@@ -130,19 +144,25 @@ impl Sandbox {
 
     /// Which cgroup version enforces memory and pids (`None` in degraded mode).
     pub fn cgroup_version(&self) -> Option<cgroup::Version> {
-        self.shared.cgroups.as_ref().map(|m| m.version())
+        self.shared.cgroup_version
     }
 
     /// Runs one program in a fresh box and returns its verdict. Blocks the calling thread.
     pub fn run(&self, req: RunRequest) -> Result<ExecResult> {
         let prepared = prepare(&self.shared.config, req)?;
-        let reply = Arc::new(Reply { slot: Mutex::new(None), cv: Condvar::new() });
+        let reply = Arc::new(Reply {
+            slot: Mutex::new(None),
+            cv: Condvar::new(),
+        });
         {
             let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             if q.closed {
                 return Err(Error::Closed);
             }
-            q.jobs.push_back(Job { run: prepared, reply: reply.clone() });
+            q.jobs.push_back(Job {
+                run: prepared,
+                reply: reply.clone(),
+            });
             let grow = q.idle < q.jobs.len() && q.slots < self.shared.config.max_concurrency;
             drop(q);
             self.shared.cv.notify_one();
@@ -165,15 +185,39 @@ impl Sandbox {
             q.closed = true;
         }
         self.shared.cv.notify_all();
-        let threads: Vec<_> = std::mem::take(&mut *self.shared.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads: Vec<_> = std::mem::take(
+            &mut *self
+                .shared
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         for t in threads {
             let _ = t.join();
         }
+        // A slot that was still starting when `closed` was set exits on its own: wait for it.
+        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while q.slots > 0 {
+            q = self.shared.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(q);
+        // Every slot cgroup is gone; remove the sandbox's base cgroups.
+        drop(
+            self.shared
+                .cgroups
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
     }
 
     /// Number of slots alive.
     pub fn slots(&self) -> usize {
-        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).slots
+        self.shared
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slots
     }
 }
 
@@ -192,19 +236,30 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
     if req.argv[0].is_empty() {
         return Err(Error::invalid("argv", "argv[0] is empty"));
     }
-    let argv = req.argv.iter().map(|a| config::cstring("argv", a)).collect::<Result<Vec<_>>>()?;
+    let argv = req
+        .argv
+        .iter()
+        .map(|a| config::cstring("argv", a))
+        .collect::<Result<Vec<_>>>()?;
     let mut env: Vec<(String, String)> = config.env.clone();
     for (k, v) in req.env {
         config::env_entry(&k, &v)?;
         env.retain(|(k2, _)| *k2 != k);
         env.push((k, v));
     }
-    let env_c = env.iter().map(|(k, v)| config::env_entry(k, v)).collect::<Result<Vec<_>>>()?;
+    let env_c = env
+        .iter()
+        .map(|(k, v)| config::env_entry(k, v))
+        .collect::<Result<Vec<_>>>()?;
     let prog = &req.argv[0];
     let exec_paths = if prog.contains(&b'/') {
         vec![argv[0].clone()]
     } else {
-        let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("/usr/bin:/bin");
         path.split(':')
             .filter(|d| d.starts_with('/'))
             .map(|d| {
@@ -218,7 +273,9 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
     let cwd = match req.cwd {
         None => WORK_DIR.to_string(),
         Some(c) if c.starts_with('/') => {
-            config::absolute_box_path("cwd", std::path::Path::new(&c))?.to_string_lossy().into_owned()
+            config::absolute_box_path("cwd", std::path::Path::new(&c))?
+                .to_string_lossy()
+                .into_owned()
         }
         Some(c) => format!("{WORK_DIR}/{}", config::relative_path("cwd", &c)?.join("/")),
     };
@@ -233,7 +290,10 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
     if total > limits.tmpfs_bytes {
         return Err(Error::invalid(
             "files",
-            format!("{total} bytes of input files do not fit the {} byte tmpfs", limits.tmpfs_bytes),
+            format!(
+                "{total} bytes of input files do not fit the {} byte tmpfs",
+                limits.tmpfs_bytes
+            ),
         ));
     }
     let collect = req
@@ -241,7 +301,16 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         .into_iter()
         .map(|n| config::relative_path("collect", &n).map(|p| (n, p)))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Prepared { argv, exec_paths, env: env_c, cwd, stdin: req.stdin, files, collect, limits })
+    Ok(Prepared {
+        argv,
+        exec_paths,
+        env: env_c,
+        cwd,
+        stdin: req.stdin,
+        files,
+        collect,
+        limits,
+    })
 }
 
 fn start_slot(shared: &Arc<Shared>) -> Result<()> {
@@ -268,7 +337,11 @@ fn start_slot(shared: &Arc<Shared>) -> Result<()> {
     };
     match rx.recv() {
         Ok(Ok(())) => {
-            shared.threads.lock().unwrap_or_else(|e| e.into_inner()).push(handle);
+            shared
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
             Ok(())
         }
         Ok(Err(e)) => {
@@ -320,15 +393,17 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
             }
         };
         let Some(job) = job else { break };
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_in_slot(&shared, &mut slot, &job.run)))
-            .unwrap_or_else(|p| {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                ExecResult::sandbox_error(format!("internal error in the supervisor: {msg}"))
-            });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_in_slot(&shared, &mut slot, &job.run)
+        }))
+        .unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            ExecResult::sandbox_error(format!("internal error in the supervisor: {msg}"))
+        });
         *job.reply.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         job.reply.cv.notify_one();
     }
@@ -338,13 +413,20 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
         let tid = unsafe { libc::gettid() };
         let _ = v1_move_thread(cg, tid, true);
     }
+    drop(slot);
+    shared.queue.lock().unwrap_or_else(|e| e.into_inner()).slots -= 1;
+    shared.cv.notify_all();
 }
 
 /// Cgroup v1 only: moves one thread (not its whole process) into the slot's cgroups, or back
 /// to the process's own cgroups (the parents of the sandbox's base cgroups).
 fn v1_move_thread(cg: &cgroup::Slot, tid: libc::pid_t, back: bool) -> std::io::Result<()> {
     for dir in cg.paths() {
-        let target = if back { dir.parent().and_then(|p| p.parent()).unwrap_or(dir) } else { dir.as_path() };
+        let target = if back {
+            dir.parent().and_then(|p| p.parent()).unwrap_or(dir)
+        } else {
+            dir.as_path()
+        };
         std::fs::write(target.join("tasks"), tid.to_string())?;
     }
     Ok(())
@@ -362,36 +444,70 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
     // its fs_struct may not change mount namespace).
     // SAFETY: unshare affects only this thread's fs and mount namespace.
     if unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) } < 0 {
-        return Err(Error::setup_io("unsharing the slot's mount namespace", std::io::Error::last_os_error()));
+        return Err(Error::setup_io(
+            "unsharing the slot's mount namespace",
+            std::io::Error::last_os_error(),
+        ));
     }
     let root = c"/";
     // SAFETY: mount with NULL source/type/data and a valid path.
-    if unsafe { libc::mount(std::ptr::null(), root.as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) } < 0 {
-        return Err(Error::setup_io("making the slot's mounts private", std::io::Error::last_os_error()));
+    if unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    } < 0
+    {
+        return Err(Error::setup_io(
+            "making the slot's mounts private",
+            std::io::Error::last_os_error(),
+        ));
     }
     if !shared.config.network {
         crate::net::unshare_thread_netns()
             .map_err(|e| Error::setup_io("creating the slot's network namespace", e))?;
     }
-    let cgroup = match &shared.cgroups {
+    let manager = shared.cgroups.lock().unwrap_or_else(|e| e.into_inner());
+    if manager.is_none() && shared.cgroup_version.is_some() {
+        return Err(Error::Closed);
+    }
+    let cgroup = match manager.as_ref() {
         Some(m) => {
-            let s = m.create_slot(index).map_err(|e| Error::setup(format!("creating the slot cgroup: {e}")))?;
+            let s = m
+                .create_slot(index)
+                .map_err(|e| Error::setup(format!("creating the slot cgroup: {e}")))?;
             if m.version() == cgroup::Version::V1 {
                 // v1 lets one thread join a cgroup: boxes cloned from this thread start inside
                 // it, with no per-run migration.
                 // SAFETY: gettid has no preconditions.
                 let tid = unsafe { libc::gettid() };
-                v1_move_thread(&s, tid, false).map_err(|e| Error::setup_io("joining the slot cgroup", e))?;
+                v1_move_thread(&s, tid, false)
+                    .map_err(|e| Error::setup_io("joining the slot cgroup", e))?;
             }
             Some(s)
         }
         None => None,
     };
+    drop(manager);
     let template = Template::build(&shared.layout)?;
     let paths = ChildPaths::new(&template.mountpoint);
-    let stack = ChildStack::new(256 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;
-    let host_id = shared.config.host_id_base.checked_add(index as u32).ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
-    Ok(Slot { paths, stack, cgroup, host_id, _template: template })
+    let stack =
+        ChildStack::new(256 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;
+    let host_id = shared
+        .config
+        .host_id_base
+        .checked_add(index as u32)
+        .ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
+    Ok(Slot {
+        paths,
+        stack,
+        cgroup,
+        host_id,
+        _template: template,
+    })
 }
 
 /// Creates a pipe whose two ends are close-on-exec and numbered 3 or higher.
@@ -424,7 +540,13 @@ fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
     let mut off = 0;
     while off < data.len() {
         // SAFETY: valid buffer.
-        let n = unsafe { libc::write(fd.as_raw_fd(), data[off..].as_ptr().cast(), data.len() - off) };
+        let n = unsafe {
+            libc::write(
+                fd.as_raw_fd(),
+                data[off..].as_ptr().cast(),
+                data.len() - off,
+            )
+        };
         if n < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -436,7 +558,10 @@ fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
 }
 
 fn write_id_map(pid: libc::pid_t, file: &str, inside: u32, outside: u32) -> std::io::Result<()> {
-    std::fs::write(format!("/proc/{pid}/{file}"), format!("{inside} {outside} 1\n"))
+    std::fs::write(
+        format!("/proc/{pid}/{file}"),
+        format!("{inside} {outside} 1\n"),
+    )
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -454,12 +579,17 @@ fn run_in_slot(shared: &Shared, slot: &mut Slot, run: &Prepared) -> ExecResult {
     }
 }
 
-fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::Result<ExecResult, String> {
+fn run_inner(
+    shared: &Shared,
+    slot: &mut Slot,
+    run: &Prepared,
+) -> std::result::Result<ExecResult, String> {
     let l = &run.limits;
     let io = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
     let host_id = slot.host_id;
     // Per-run file system, streams and channels.
-    let runfs = RunFs::new(l.tmpfs_bytes, host_id, host_id, &run.files).map_err(io("creating the run tmpfs"))?;
+    let runfs = RunFs::new(l.tmpfs_bytes, host_id, host_id, &run.files)
+        .map_err(io("creating the run tmpfs"))?;
     let stdin = memfd_with(&run.stdin).map_err(io("preparing stdin"))?;
     let (out_r, out_w) = pipe().map_err(io("pipe"))?;
     let (err_r, err_w) = pipe().map_err(io("pipe"))?;
@@ -467,19 +597,33 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
     let (sync_r, sync_w) = pipe().map_err(io("pipe"))?;
     let mut sp = [0; 2];
     // SAFETY: sp is a valid two-element array.
-    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, sp.as_mut_ptr()) } < 0 {
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sp.as_mut_ptr(),
+        )
+    } < 0
+    {
         return Err(format!("socketpair: {}", std::io::Error::last_os_error()));
     }
     // SAFETY: fresh fds.
-    let (sock_parent, sock_child) = unsafe { (OwnedFd::from_raw_fd(sp[0]), OwnedFd::from_raw_fd(sp[1])) };
+    let (sock_parent, sock_child) =
+        unsafe { (OwnedFd::from_raw_fd(sp[0]), OwnedFd::from_raw_fd(sp[1])) };
     set_nonblocking(out_r.as_raw_fd());
     set_nonblocking(err_r.as_raw_fd());
 
     let degraded = slot.cgroup.is_none();
     if let Some(cg) = &mut slot.cgroup {
         // +1 pid: on cgroup v1 the slot thread itself is a member.
-        let extra = if shared.cgroups.as_ref().map(|m| m.version()) == Some(cgroup::Version::V1) { 1 } else { 0 };
-        cg.set_limits(Some(l.memory_bytes), Some(l.max_pids + extra)).map_err(|e| format!("cgroup limits: {e}"))?;
+        let extra = if shared.cgroup_version == Some(cgroup::Version::V1) {
+            1
+        } else {
+            0
+        };
+        cg.set_limits(Some(l.memory_bytes), Some(l.max_pids + extra))
+            .map_err(|e| format!("cgroup limits: {e}"))?;
         cg.prepare_run().map_err(|e| format!("cgroup reset: {e}"))?;
     }
     let rlimits = crate::rlimit::for_limits(l, degraded);
@@ -504,12 +648,17 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
         envp: &env_ptrs,
         filter: &shared.filter,
     };
-    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
     let thread_cpu0 = thread_cpu_ns();
     // SAFETY: plan and everything it points to live until after the child has exec'd or been
     // reaped below; the stack belongs to this slot, which runs one child at a time; this
     // thread blocks every signal.
-    let (pid, pidfd) = unsafe { spawn::clone_child(&plan, &slot.stack, flags) }.map_err(io("clone"))?;
+    let (pid, pidfd) =
+        unsafe { spawn::clone_child(&plan, &slot.stack, flags) }.map_err(io("clone"))?;
     // SAFETY: fresh pidfd from clone.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     // The child holds its own copies of its ends.
@@ -520,18 +669,26 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
     let abort = |why: String| {
         // SAFETY: signalling and reaping our own child through its pidfd / pid.
         unsafe {
-            libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0);
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<u8>(),
+                0,
+            );
             let mut st = 0;
             libc::waitpid(pid, &mut st, libc::__WALL);
         }
         why
     };
     // Identity maps: the box user is an unprivileged host id, never host root.
-    if let Err(e) = write_id_map(pid, "uid_map", BOX_ID, host_id).and_then(|_| write_id_map(pid, "gid_map", BOX_ID, host_id)) {
+    if let Err(e) = write_id_map(pid, "uid_map", BOX_ID, host_id)
+        .and_then(|_| write_id_map(pid, "gid_map", BOX_ID, host_id))
+    {
         return Err(abort(format!("writing the id maps: {e}")));
     }
     if let Some(cg) = &slot.cgroup {
-        if shared.cgroups.as_ref().map(|m| m.version()) == Some(cgroup::Version::V2) {
+        if shared.cgroup_version == Some(cgroup::Version::V2) {
             if let Err(e) = cg.attach(pid) {
                 return Err(abort(format!("attaching to the slot cgroup: {e}")));
             }
@@ -539,7 +696,10 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
     }
     // SAFETY: writing one byte from a valid buffer to our pipe.
     if unsafe { libc::write(sync_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
-        return Err(abort(format!("releasing the child: {}", std::io::Error::last_os_error())));
+        return Err(abort(format!(
+            "releasing the child: {}",
+            std::io::Error::last_os_error()
+        )));
     }
     drop(status_w);
     // Wait for exec (end of file) or a failure record.
@@ -547,22 +707,37 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
     let mut got = 0;
     let setup_deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let mut pfd = libc::pollfd { fd: status_r.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: status_r.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, 1000) };
         if n == 0 {
             if Instant::now() > setup_deadline {
-                return Err(abort("the child did not finish its set-up within 30 s".into()));
+                return Err(abort(
+                    "the child did not finish its set-up within 30 s".into(),
+                ));
             }
             continue;
         }
         // SAFETY: reading into the remaining part of rec.
-        let r = unsafe { libc::read(status_r.as_raw_fd(), rec[got..].as_mut_ptr().cast(), 8 - got) };
+        let r = unsafe {
+            libc::read(
+                status_r.as_raw_fd(),
+                rec[got..].as_mut_ptr().cast(),
+                8 - got,
+            )
+        };
         if r < 0 {
             if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
-            return Err(abort(format!("reading the child's status: {}", std::io::Error::last_os_error())));
+            return Err(abort(format!(
+                "reading the child's status: {}",
+                std::io::Error::last_os_error()
+            )));
         }
         if r == 0 {
             break;
@@ -586,11 +761,17 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
                 r.status = Status::RuntimeError;
                 r.error = None;
                 r.exit_code = Some(127);
-                r.stderr = format!("agentrl: cannot execute {}: {err}\n", run.argv[0].to_string_lossy()).into_bytes();
+                r.stderr = format!(
+                    "agentrl: cannot execute {}: {err}\n",
+                    run.argv[0].to_string_lossy()
+                )
+                .into_bytes();
                 Ok(r)
             }
             Some(s) => Err(format!("box set-up failed at {}: {err}", s.describe())),
-            None => Err(format!("box set-up failed at an unknown step {step}: {err}")),
+            None => Err(format!(
+                "box set-up failed at an unknown step {step}: {err}"
+            )),
         };
     }
     drop(sync_w);
@@ -621,10 +802,13 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
         &mut err,
     );
     let wall = started.elapsed().as_secs_f64();
-    drop(plan);
+    // `plan` (and the buffers it points into) lived until here: the child has exec'd or died.
 
     let usage = match slot.cgroup.as_ref() {
-        Some(cg) => Some(cg.usage().map_err(|e| format!("reading the slot cgroup: {e}"))?),
+        Some(cg) => Some(
+            cg.usage()
+                .map_err(|e| format!("reading the slot cgroup: {e}"))?,
+        ),
         None => None,
     };
     let rusage_cpu = tv(&w.rusage.ru_utime) + tv(&w.rusage.ru_stime);
@@ -635,10 +819,16 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
         }
         None => rusage_cpu,
     };
-    let peak = usage.as_ref().and_then(|u| u.peak_memory_bytes).or(Some(w.rusage.ru_maxrss as u64 * 1024));
+    let peak = usage
+        .as_ref()
+        .and_then(|u| u.peak_memory_bytes)
+        .or(Some(w.rusage.ru_maxrss as u64 * 1024));
     let st = w.wait_status;
-    let (exit_code, signal) =
-        if libc::WIFEXITED(st) { (Some(libc::WEXITSTATUS(st)), None) } else { (None, Some(libc::WTERMSIG(st))) };
+    let (exit_code, signal) = if libc::WIFEXITED(st) {
+        (Some(libc::WEXITSTATUS(st)), None)
+    } else {
+        (None, Some(libc::WTERMSIG(st)))
+    };
     let oom = usage.as_ref().map(|u| u.oom_killed).unwrap_or(false);
     let pids_hit = usage.as_ref().map(|u| u.pids_limit_hit).unwrap_or(false);
     let truncated = out.truncated() || err.truncated();
@@ -654,11 +844,32 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> std::result::R
     } else if truncated {
         (Status::OutputLimit, Some(LimitKind::Output))
     } else if let Some(sig) = signal {
-        (Status::Signaled, if sig == libc::SIGXFSZ { Some(LimitKind::FileSize) } else { None })
+        (
+            Status::Signaled,
+            if sig == libc::SIGXFSZ {
+                Some(LimitKind::FileSize)
+            } else {
+                None
+            },
+        )
     } else if exit_code != Some(0) {
-        (Status::RuntimeError, if pids_hit { Some(LimitKind::Pids) } else { None })
+        (
+            Status::RuntimeError,
+            if pids_hit {
+                Some(LimitKind::Pids)
+            } else {
+                None
+            },
+        )
     } else {
-        (Status::Ok, if pids_hit { Some(LimitKind::Pids) } else { None })
+        (
+            Status::Ok,
+            if pids_hit {
+                Some(LimitKind::Pids)
+            } else {
+                None
+            },
+        )
     };
     let mut files = Vec::new();
     let mut truncated_files = Vec::new();

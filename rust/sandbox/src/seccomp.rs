@@ -68,9 +68,10 @@
 //! 3. The box must never hold the listener: a thread with it could answer its own notifications
 //!    with `CONTINUE`. It is created close-on-exec, and the child closes it explicitly as well.
 //! 4. The parent takes it with [`recv_fd`], polls it next to its other fds and calls
-//!    [`answer_notification`] whenever it is readable, for as long as the box lives. A notified
-//!    thread waits until answered (a signal interrupts the wait; `SIGKILL` ends it). If the listener is closed, every call the filter
-//!    would notify fails with `ENOSYS`, unreported.
+//!    [`answer_notification`] (which never blocks) whenever it is readable, for as long as the
+//!    box lives. A notified thread waits until answered (a signal interrupts the wait and the
+//!    call is restarted and notified again; `SIGKILL` ends it). If the listener is closed, every
+//!    call the filter would notify fails with `ENOSYS`, unreported.
 //! 5. `install` fails with `EBUSY` when a filter already on the thread (say, from a container
 //!    runtime the engine runs under) has a listener of its own: a thread can have only one.
 

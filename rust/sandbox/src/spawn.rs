@@ -74,9 +74,36 @@ impl Step {
     pub fn from_u32(v: u32) -> Option<Step> {
         use Step::*;
         const ALL: [Step; 30] = [
-            Sync, BindRoot, MountRun, BindWork, BindTmp, BindShm, DetachRun, MountProc, BindProcSys, RemountProcSys, ChdirRoot,
-            PivotRoot, DetachOldRoot, CgroupNs, Hostname, Setsid, Stdio, Rlimit, CapBound, Setgroups, Setgid, Setuid,
-            Capset, NoNewPrivs, DeathSig, Chdir, Signals, Seccomp, SendListener, Exec,
+            Sync,
+            BindRoot,
+            MountRun,
+            BindWork,
+            BindTmp,
+            BindShm,
+            DetachRun,
+            MountProc,
+            BindProcSys,
+            RemountProcSys,
+            ChdirRoot,
+            PivotRoot,
+            DetachOldRoot,
+            CgroupNs,
+            Hostname,
+            Setsid,
+            Stdio,
+            Rlimit,
+            CapBound,
+            Setgroups,
+            Setgid,
+            Setuid,
+            Capset,
+            NoNewPrivs,
+            DeathSig,
+            Chdir,
+            Signals,
+            Seccomp,
+            SendListener,
+            Exec,
         ];
         ALL.iter().copied().find(|s| *s as u32 == v)
     }
@@ -163,7 +190,12 @@ fn report(fd: RawFd, step: Step, errno: i32) -> ! {
     // changes nothing). exit_group never returns.
     unsafe {
         syscall3(libc::SYS_write, fd as usize, rec.as_ptr() as usize, 8);
-        syscall3(libc::SYS_exit_group, if step == Step::Exec { 127 } else { 126 }, 0, 0);
+        syscall3(
+            libc::SYS_exit_group,
+            if step == Step::Exec { 127 } else { 126 },
+            0,
+            0,
+        );
     }
     #[allow(clippy::empty_loop)]
     loop {}
@@ -197,11 +229,25 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     // the plan owns; failures are reported and end the child.
     unsafe {
         // 1. Inherited fds: all close at exec, except the stdio we set up below.
-        syscall3(libc::SYS_close_range, 3, u32::MAX as usize, libc::CLOSE_RANGE_CLOEXEC as usize);
+        syscall3(
+            libc::SYS_close_range,
+            3,
+            u32::MAX as usize,
+            libc::CLOSE_RANGE_CLOEXEC as usize,
+        );
         let mut b = [0u8; 1];
-        let r = syscall3(libc::SYS_read, p.sync_read as usize, b.as_mut_ptr() as usize, 1);
+        let r = syscall3(
+            libc::SYS_read,
+            p.sync_read as usize,
+            b.as_mut_ptr() as usize,
+            1,
+        );
         if r != 1 {
-            report(p.status_write, Step::Sync, if r < 0 { (-r) as i32 } else { libc::EPIPE });
+            report(
+                p.status_write,
+                Step::Sync,
+                if r < 0 { (-r) as i32 } else { libc::EPIPE },
+            );
         }
 
         // 2. File system. The template arrived as a copy from the slot's namespace, locked
@@ -239,7 +285,14 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             step!(
                 p,
                 s,
-                syscall5(libc::SYS_mount, src.as_ptr() as usize, dst.as_ptr() as usize, 0, libc::MS_BIND as usize, 0)
+                syscall5(
+                    libc::SYS_mount,
+                    src.as_ptr() as usize,
+                    dst.as_ptr() as usize,
+                    0,
+                    libc::MS_BIND as usize,
+                    0
+                )
             );
         }
         // `/.run` stays attached: its root is mode 0700 and owned by host root, which has no
@@ -277,65 +330,183 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                 0,
                 paths.proc_sys.as_ptr() as usize,
                 0,
-                (libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC)
-                    as usize,
+                (libc::MS_BIND
+                    | libc::MS_REMOUNT
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | libc::MS_NOEXEC) as usize,
                 0
             )
         );
-        step!(p, Step::ChdirRoot, syscall3(libc::SYS_chdir, paths.root.as_ptr() as usize, 0, 0));
-        step!(p, Step::PivotRoot, syscall3(libc::SYS_pivot_root, DOT.as_ptr() as usize, DOT.as_ptr() as usize, 0));
-        step!(p, Step::DetachOldRoot, syscall3(libc::SYS_umount2, DOT.as_ptr() as usize, libc::MNT_DETACH as usize, 0));
-        step!(p, Step::ChdirRoot, syscall3(libc::SYS_chdir, ROOT.as_ptr() as usize, 0, 0));
+        step!(
+            p,
+            Step::ChdirRoot,
+            syscall3(libc::SYS_chdir, paths.root.as_ptr() as usize, 0, 0)
+        );
+        step!(
+            p,
+            Step::PivotRoot,
+            syscall3(
+                libc::SYS_pivot_root,
+                DOT.as_ptr() as usize,
+                DOT.as_ptr() as usize,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::DetachOldRoot,
+            syscall3(
+                libc::SYS_umount2,
+                DOT.as_ptr() as usize,
+                libc::MNT_DETACH as usize,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::ChdirRoot,
+            syscall3(libc::SYS_chdir, ROOT.as_ptr() as usize, 0, 0)
+        );
 
         // 3. Namespaces that need the slot's cgroup first, hostname, session.
-        step!(p, Step::CgroupNs, syscall3(libc::SYS_unshare, libc::CLONE_NEWCGROUP as usize, 0, 0));
-        step!(p, Step::Hostname, syscall3(libc::SYS_sethostname, p.hostname.as_ptr() as usize, p.hostname.len(), 0));
+        step!(
+            p,
+            Step::CgroupNs,
+            syscall3(libc::SYS_unshare, libc::CLONE_NEWCGROUP as usize, 0, 0)
+        );
+        step!(
+            p,
+            Step::Hostname,
+            syscall3(
+                libc::SYS_sethostname,
+                p.hostname.as_ptr() as usize,
+                p.hostname.len(),
+                0
+            )
+        );
         step!(p, Step::Setsid, syscall3(libc::SYS_setsid, 0, 0, 0));
 
         // 4. Standard streams and rlimits.
         for (fd, target) in [(p.stdin_fd, 0usize), (p.stdout_fd, 1), (p.stderr_fd, 2)] {
-            step!(p, Step::Stdio, syscall3(libc::SYS_dup3, fd as usize, target, 0));
+            step!(
+                p,
+                Step::Stdio,
+                syscall3(libc::SYS_dup3, fd as usize, target, 0)
+            );
         }
         for (res, lim) in p.rlimits {
             step!(
                 p,
                 Step::Rlimit,
-                syscall6(libc::SYS_prlimit64, 0, *res as usize, lim as *const libc::rlimit64 as usize, 0, 0, 0)
+                syscall6(
+                    libc::SYS_prlimit64,
+                    0,
+                    *res as usize,
+                    lim as *const libc::rlimit64 as usize,
+                    0,
+                    0,
+                    0
+                )
             );
         }
 
         // 5. Identity.
         let mut cap = 0;
         while cap <= p.cap_last {
-            step!(p, Step::CapBound, syscall3(libc::SYS_prctl, libc::PR_CAPBSET_DROP as usize, cap as usize, 0));
+            step!(
+                p,
+                Step::CapBound,
+                syscall3(
+                    libc::SYS_prctl,
+                    libc::PR_CAPBSET_DROP as usize,
+                    cap as usize,
+                    0
+                )
+            );
             cap += 1;
         }
         step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
         let id = p.box_id as usize;
         step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, id, id, id));
         step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, id, id, id));
-        let header = CapHeader { version: 0x2008_0522, pid: 0 };
+        let header = CapHeader {
+            version: 0x2008_0522,
+            pid: 0,
+        };
         let data = [CapData::default(), CapData::default()];
         step!(
             p,
             Step::Capset,
-            syscall3(libc::SYS_capset, &header as *const CapHeader as usize, data.as_ptr() as usize, 0)
+            syscall3(
+                libc::SYS_capset,
+                &header as *const CapHeader as usize,
+                data.as_ptr() as usize,
+                0
+            )
         );
         step!(
             p,
             Step::Capset,
-            syscall6(libc::SYS_prctl, libc::PR_CAP_AMBIENT as usize, libc::PR_CAP_AMBIENT_CLEAR_ALL as usize, 0, 0, 0, 0)
+            syscall6(
+                libc::SYS_prctl,
+                libc::PR_CAP_AMBIENT as usize,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
+                0,
+                0,
+                0,
+                0
+            )
         );
-        step!(p, Step::NoNewPrivs, syscall6(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0, 0, 0));
-        step!(p, Step::DeathSig, syscall3(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as usize, libc::SIGKILL as usize, 0));
+        step!(
+            p,
+            Step::NoNewPrivs,
+            syscall6(
+                libc::SYS_prctl,
+                libc::PR_SET_NO_NEW_PRIVS as usize,
+                1,
+                0,
+                0,
+                0,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::DeathSig,
+            syscall3(
+                libc::SYS_prctl,
+                libc::PR_SET_PDEATHSIG as usize,
+                libc::SIGKILL as usize,
+                0
+            )
+        );
 
         // 6. Working directory and signals.
-        step!(p, Step::Chdir, syscall3(libc::SYS_chdir, p.cwd.as_ptr() as usize, 0, 0));
-        let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+        step!(
+            p,
+            Step::Chdir,
+            syscall3(libc::SYS_chdir, p.cwd.as_ptr() as usize, 0, 0)
+        );
+        let dfl = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
         let mut sig = 1;
         while sig <= 64 {
             if sig != libc::SIGKILL as usize && sig != libc::SIGSTOP as usize {
-                syscall6(libc::SYS_rt_sigaction, sig, &dfl as *const KernelSigaction as usize, 0, 8, 0, 0);
+                syscall6(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &dfl as *const KernelSigaction as usize,
+                    0,
+                    8,
+                    0,
+                    0,
+                );
             }
             sig += 1;
         }
@@ -343,7 +514,15 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         step!(
             p,
             Step::Signals,
-            syscall6(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as usize, &empty as *const u64 as usize, 0, 8, 0, 0)
+            syscall6(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK as usize,
+                &empty as *const u64 as usize,
+                0,
+                8,
+                0,
+                0
+            )
         );
 
         // 7. Seccomp, last.
@@ -351,13 +530,22 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             Ok(fd) => fd,
             Err(e) => report(p.status_write, Step::Seccomp, e),
         };
-        step!(p, Step::SendListener, crate::seccomp::send_fd(p.listener_sock, listener));
+        step!(
+            p,
+            Step::SendListener,
+            crate::seccomp::send_fd(p.listener_sock, listener)
+        );
         syscall3(libc::SYS_close, listener as usize, 0, 0);
 
         // 8. Exec.
         let mut err = libc::ENOENT;
         for path in p.exec_paths {
-            let r = syscall3(libc::SYS_execve, path.as_ptr() as usize, p.argv.as_ptr() as usize, p.envp.as_ptr() as usize);
+            let r = syscall3(
+                libc::SYS_execve,
+                path.as_ptr() as usize,
+                p.argv.as_ptr() as usize,
+                p.envp.as_ptr() as usize,
+            );
             let e = (-r) as i32;
             if e != libc::ENOENT && e != libc::ENOTDIR {
                 err = e;
@@ -447,7 +635,11 @@ impl Drop for ChildStack {
 /// `plan` must stay alive and unmodified until the child has exec'd or exited; `stack` must
 /// not be used by another child at the same time; the calling thread should have every signal
 /// blocked (the child inherits the mask and resets dispositions before unblocking).
-pub unsafe fn clone_child(plan: &ChildPlan<'_>, stack: &ChildStack, flags: c_int) -> std::io::Result<(libc::pid_t, RawFd)> {
+pub unsafe fn clone_child(
+    plan: &ChildPlan<'_>,
+    stack: &ChildStack,
+    flags: c_int,
+) -> std::io::Result<(libc::pid_t, RawFd)> {
     let mut pidfd: c_int = -1;
     // SAFETY: child_entry matches the callback type; the stack top is valid; plan outlives the
     // child's use of it (caller's contract); &mut pidfd receives the pidfd (CLONE_PIDFD).
@@ -468,5 +660,8 @@ pub unsafe fn clone_child(plan: &ChildPlan<'_>, stack: &ChildStack, flags: c_int
 
 /// Builds a NULL-terminated pointer array over C strings.
 pub fn ptr_array(v: &[CString]) -> Vec<*const c_char> {
-    v.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+    v.iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
 }

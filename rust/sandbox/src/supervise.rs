@@ -15,7 +15,12 @@ pub struct Capture {
 
 impl Capture {
     pub fn new(fd: OwnedFd, cap: u64) -> Capture {
-        Capture { fd: Some(fd), data: Vec::new(), total: 0, cap }
+        Capture {
+            fd: Some(fd),
+            data: Vec::new(),
+            total: 0,
+            cap,
+        }
     }
 
     pub fn truncated(&self) -> bool {
@@ -88,7 +93,13 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
     let kill = |pidfd: BorrowedFd<'_>| {
         // SAFETY: pidfd_send_signal on our own pidfd; no pointers besides NULL siginfo.
         unsafe {
-            libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<u8>(), 0)
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<u8>(),
+                0,
+            )
         };
     };
     let mut exited = false;
@@ -106,7 +117,11 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
                 }
             }
         }
-        let mut timeout = if killed.is_some() { Duration::from_millis(100) } else { p.deadline.saturating_duration_since(now) };
+        let mut timeout = if killed.is_some() {
+            Duration::from_millis(100)
+        } else {
+            p.deadline.saturating_duration_since(now)
+        };
         timeout = timeout.min(cpu_poll);
         let mut fds = [
             pfd(Some(p.pidfd.as_raw_fd())),
@@ -152,7 +167,10 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
     unsafe { libc::wait4(p.pid, &mut status, libc::__WALL, &mut rusage) };
     let drain_until = Instant::now() + Duration::from_secs(2);
     while (out.fd.is_some() || err.fd.is_some()) && Instant::now() < drain_until {
-        let mut fds = [pfd(out.fd.as_ref().map(|f| f.as_raw_fd())), pfd(err.fd.as_ref().map(|f| f.as_raw_fd()))];
+        let mut fds = [
+            pfd(out.fd.as_ref().map(|f| f.as_raw_fd())),
+            pfd(err.fd.as_ref().map(|f| f.as_raw_fd())),
+        ];
         // SAFETY: as above.
         unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) };
         out.pump(&mut buf);
@@ -160,9 +178,18 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
     }
     out.fd = None;
     err.fd = None;
-    Watch { killed, wait_status: status, rusage, denied }
+    Watch {
+        killed,
+        wait_status: status,
+        rusage,
+        denied,
+    }
 }
 
 fn pfd(fd: Option<i32>) -> libc::pollfd {
-    libc::pollfd { fd: fd.unwrap_or(-1), events: libc::POLLIN, revents: 0 }
+    libc::pollfd {
+        fd: fd.unwrap_or(-1),
+        events: libc::POLLIN,
+        revents: 0,
+    }
 }

@@ -1,0 +1,134 @@
+"""The ``agentrl`` command line.
+
+``agentrl run [--wall 2s] [--cpu 1s] [--mem 256M] [--pids 32] [--net] [--file NAME=PATH]
+[--collect NAME] -- CMD ...`` runs one command in a fresh box, prints its output and a one-line
+verdict on stderr, and exits with a status that reflects the verdict:
+
+=================  ===========================================
+verdict            exit status
+=================  ===========================================
+ok                 0
+runtime_error      the program's exit status
+signaled           128 + signal
+timeout            124 (as timeout(1))
+memory_limit       137
+output_limit       125
+sandbox_error      70 (EX_SOFTWARE)
+=================  ===========================================
+
+``agentrl demo`` runs a few hostile programs, shows that each is contained, and compares the
+per-run latency with a bare process and bubblewrap when it is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from agentrl.limits import Limits, parse_duration, parse_size
+from agentrl.result import ExecResult, Status
+
+__all__ = ["exit_status", "main"]
+
+
+def exit_status(r: ExecResult) -> int:
+    """The process exit status that stands for a verdict."""
+    if r.status is Status.OK:
+        return 0
+    if r.status is Status.RUNTIME_ERROR:
+        return r.exit_code or 1
+    if r.status is Status.SIGNALED:
+        return 128 + (r.signal or 0)
+    return {
+        Status.TIMEOUT: 124,
+        Status.MEMORY_LIMIT: 137,
+        Status.OUTPUT_LIMIT: 125,
+        Status.SANDBOX_ERROR: 70,
+    }[r.status]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrl", description="agent RL engine: sandbox tools")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run one command in a fresh box")
+    d = Limits()
+    r.add_argument("--wall", default=f"{d.wall_time_s}s", help="wall-clock limit (e.g. 2s)")
+    r.add_argument("--cpu", default=f"{d.cpu_time_s}s", help="CPU time limit (e.g. 1s)")
+    r.add_argument("--mem", default="512M", help="memory limit (e.g. 256M)")
+    r.add_argument("--pids", type=int, default=d.max_pids, help="most processes/threads")
+    r.add_argument("--output", default="1M", help="stdout/stderr capture cap, each")
+    r.add_argument("--tmpfs", default="64M", help="size of /work + /tmp")
+    r.add_argument("--net", action="store_true", help="share the host network (UNSAFE)")
+    r.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="copy host file PATH into the work dir as NAME",
+    )
+    r.add_argument("--collect", action="append", default=[], metavar="NAME", help="hand back NAME")
+    r.add_argument("--stdin", metavar="PATH", help="feed this file to stdin ('-' for ours)")
+    r.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    sub.add_parser("demo", help="hostile programs contained, and a latency comparison")
+    return p
+
+
+def _cmd_run(a: argparse.Namespace) -> int:
+    from agentrl.sandbox import Sandbox
+
+    argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+    if not argv:
+        print("agentrl run: no command given (use: agentrl run [options] -- CMD ...)", file=sys.stderr)
+        return 2
+    try:
+        limits = Limits(
+            wall_time_s=parse_duration(a.wall),
+            cpu_time_s=parse_duration(a.cpu),
+            memory_bytes=parse_size(a.mem),
+            max_pids=a.pids,
+            max_output_bytes=parse_size(a.output),
+            tmpfs_bytes=parse_size(a.tmpfs),
+        )
+        files: dict[str, bytes] = {}
+        for spec in a.file:
+            name, sep, path = spec.partition("=")
+            if not sep or not name or not path:
+                raise ValueError(f"--file wants NAME=PATH, got {spec!r}")
+            with open(path, "rb") as f:
+                files[name] = f.read()
+        stdin = None
+        if a.stdin == "-":
+            stdin = sys.stdin.buffer.read()
+        elif a.stdin:
+            with open(a.stdin, "rb") as f:
+                stdin = f.read()
+    except (ValueError, TypeError, OSError) as e:
+        print(f"agentrl run: {e}", file=sys.stderr)
+        return 2
+    with Sandbox(limits=limits, network=a.net) as sb:
+        r = sb.run(argv, stdin=stdin, files=files, collect=a.collect)
+    sys.stdout.buffer.write(r.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(r.stderr)
+    for name, data in r.files.items():
+        print(f"[collected {name}: {len(data)} bytes]", file=sys.stderr)
+    print(f"[agentrl] {r.summary()}", file=sys.stderr)
+    return exit_status(r)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agentrl`` command."""
+    a = _parser().parse_args(argv)
+    if a.command == "run":
+        return _cmd_run(a)
+    if a.command == "demo":
+        from agentrl.demo import run_demo
+
+        return run_demo()
+    raise AssertionError(a.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
