@@ -10,12 +10,16 @@ from dataclasses import dataclass
 from typing import Union
 
 from agentrl import _core
+from agentrl._warm import bootstrap_argv
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
 
 __all__ = ["Bind", "Sandbox"]
 
 StrOrBytesPath = Union[str, bytes, os.PathLike]
+
+CORE_MODULE_IN_BOX = "/.agentrl/_core.so"
+"""Where the extension module is bound inside the box for the warm interpreter."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,9 @@ class Sandbox:
         max_concurrency: int | None = None,
         degraded: bool = False,
         cgroup_parent: str | None = None,
+        warm: bool = True,
+        preimports: Iterable[str] = (),
+        python: str | None = None,
     ) -> None:
         if limits is None:
             limits = Limits()
@@ -137,15 +144,31 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         base_env.update(dict(_env_pairs("env", env)))
+        self._python = os.path.abspath(python) if python is not None else sys.executable
+        if not os.access(self._python, os.X_OK):
+            raise ValueError(f"python: {self._python!r} is not an executable")
+        if isinstance(preimports, str):
+            raise TypeError("preimports must be a sequence of module names, not a single string")
+        self._preimports = tuple(preimports)
+        warm_cfg = None
+        if warm:
+            argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports)
+            warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
+        self._warm = bool(warm)
+        paths = _interpreter_paths()
+        if python is not None:
+            prefix = os.path.dirname(os.path.dirname(os.path.realpath(self._python)))
+            paths.append(prefix)
         self._inner = _core.Sandbox(
             limits._as_tuple(),
             self._network,
-            _interpreter_paths(),
+            paths,
             [_bind_tuple(b) for b in binds],
             list(base_env.items()),
             max_concurrency,
             bool(degraded),
             cgroup_parent,
+            warm_cfg,
         )
         self._closed = False
 
@@ -166,8 +189,13 @@ class Sandbox:
 
     @property
     def python(self) -> str:
-        """Path of this interpreter, usable inside the box."""
-        return sys.executable
+        """Path of the interpreter that ``run_python`` uses (usable inside the box)."""
+        return self._python
+
+    @property
+    def warm(self) -> bool:
+        """Whether ``run_python`` uses warm interpreters (the fast path)."""
+        return self._warm
 
     def run(
         self,
@@ -179,6 +207,7 @@ class Sandbox:
         limits: Limits | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        _warm: bool = False,
     ) -> ExecResult:
         """Runs ``argv`` in a fresh box and returns its verdict.
 
@@ -234,6 +263,7 @@ class Sandbox:
             None if limits is None else limits._as_tuple(),
             cwd,
             _env_pairs("env", env),
+            _warm,
         )
         return ExecResult._from_core(raw)
 
@@ -247,18 +277,27 @@ class Sandbox:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        """Runs Python ``source`` with this interpreter in a fresh box (isolated mode)."""
+        """Runs Python ``source`` as ``/work/__main__.py`` in a fresh box.
+
+        With ``warm=True`` (the default) the run is a fork of a warm interpreter that already
+        sits inside the box's namespaces with ``preimports`` loaded: the same isolation,
+        limits and verdict as :meth:`run`, at a fraction of the start-up cost. Otherwise it
+        starts ``python -I __main__.py``.
+        """
         if not isinstance(source, str):
             raise TypeError("source must be a str")
         all_files = dict(files or {})
+        if "__main__.py" in all_files:
+            raise ValueError("files: __main__.py is the program itself; pass it as source")
         all_files["__main__.py"] = source
         return self.run(
-            [sys.executable, "-I", "__main__.py"],
+            [self._python, "-I", "__main__.py"],
             stdin=stdin,
             files=all_files,
             collect=collect,
             limits=limits,
             env=env,
+            _warm=self._warm,
         )
 
     async def arun(self, argv: Sequence[StrOrBytesPath], **kwargs: object) -> ExecResult:

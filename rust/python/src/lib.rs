@@ -4,6 +4,7 @@
 //! maps errors through [`to_py`] into one exception tree rooted at `AgentRLError`. The Python
 //! package (`python/agentrl`) wraps these handles with validation, docs and asyncio support.
 
+use std::os::fd::{BorrowedFd, IntoRawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,8 +15,18 @@ use pyo3::types::{PyBytes, PyDict};
 
 use agentrl_sandbox as sb;
 
-create_exception!(_core, AgentRLError, PyException, "Base class of every agentrl error.");
-create_exception!(_core, SandboxError, AgentRLError, "The sandbox could not be set up or used.");
+create_exception!(
+    _core,
+    AgentRLError,
+    PyException,
+    "Base class of every agentrl error."
+);
+create_exception!(
+    _core,
+    SandboxError,
+    AgentRLError,
+    "The sandbox could not be set up or used."
+);
 
 /// Maps a crate error to the Python exception tree.
 fn to_py(e: sb::Error) -> PyErr {
@@ -49,7 +60,7 @@ struct PySandbox {
 #[pymethods]
 impl PySandbox {
     #[new]
-    #[pyo3(signature = (limits, network, system_paths, binds, env, max_concurrency, degraded, cgroup_parent=None))]
+    #[pyo3(signature = (limits, network, system_paths, binds, env, max_concurrency, degraded, cgroup_parent=None, warm=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -61,24 +72,39 @@ impl PySandbox {
         max_concurrency: usize,
         degraded: bool,
         cgroup_parent: Option<PathBuf>,
+        warm: Option<(Vec<String>, PathBuf, f64)>,
     ) -> PyResult<Self> {
         let config = sb::SandboxConfig {
             limits: limits_from(limits),
             network,
             system_paths,
-            binds: binds.into_iter().map(|(source, target, writable)| sb::Bind { source, target, writable }).collect(),
+            binds: binds
+                .into_iter()
+                .map(|(source, target, writable)| sb::Bind {
+                    source,
+                    target,
+                    writable,
+                })
+                .collect(),
             env,
             max_concurrency,
             degraded,
             cgroup_parent,
+            warm: warm.map(|(argv, core_module, timeout)| sb::zygote::WarmConfig {
+                argv,
+                core_module,
+                start_timeout: std::time::Duration::from_secs_f64(timeout.clamp(1.0, 3600.0)),
+            }),
             ..sb::SandboxConfig::default()
         };
         let inner = py.detach(|| sb::Sandbox::new(config)).map_err(to_py)?;
-        Ok(PySandbox { inner: Arc::new(inner) })
+        Ok(PySandbox {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Runs one program; returns a dict of the verdict fields.
-    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env))]
+    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -90,8 +116,18 @@ impl PySandbox {
         limits: Option<LimitsTuple>,
         cwd: Option<String>,
         env: Vec<(String, String)>,
+        warm: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let req = sb::RunRequest { argv, stdin, files, collect, limits: limits.map(limits_from), cwd, env };
+        let req = sb::RunRequest {
+            warm,
+            argv,
+            stdin,
+            files,
+            collect,
+            limits: limits.map(limits_from),
+            cwd,
+            env,
+        };
         let inner = self.inner.clone();
         let r = py.detach(move || inner.run(req)).map_err(to_py)?;
         result_dict(py, r)
@@ -143,9 +179,68 @@ fn result_dict<'py>(py: Python<'py>, r: sb::ExecResult) -> PyResult<Bound<'py, P
     Ok(d)
 }
 
+// ---- Used only inside a warm interpreter (see agentrl-sandbox's `zygote` module). ----
+
+fn borrow(fd: i32) -> PyResult<BorrowedFd<'static>> {
+    if fd < 0 {
+        return Err(PyValueError::new_err(format!("invalid fd {fd}")));
+    }
+    // SAFETY: the caller (the warm interpreter's bootstrap) passes an fd it keeps open for the
+    // duration of the call.
+    Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+}
+
+/// Compiles the seccomp policies before the first fork.
+#[pyfunction]
+fn _zygote_init() {
+    sb::zygote::interpreter_init();
+}
+
+/// Receives one request: `(payload, fds)`, or None at end of file.
+#[pyfunction]
+fn _zygote_recv(py: Python<'_>, fd: i32) -> PyResult<Option<(Bound<'_, PyBytes>, Vec<i32>)>> {
+    let sock = borrow(fd)?;
+    let msg = py
+        .detach(|| sb::fdpass::recv(sock, None))
+        .map_err(|e| SandboxError::new_err(e.to_string()))?;
+    Ok(msg.map(|(data, fds)| {
+        (
+            PyBytes::new(py, &data),
+            fds.into_iter().map(|f| f.into_raw_fd()).collect(),
+        )
+    }))
+}
+
+/// Sends one message with fds.
+#[pyfunction]
+fn _zygote_send(fd: i32, data: &[u8], fds: Vec<i32>) -> PyResult<()> {
+    if fds.len() > 8 {
+        return Err(PyValueError::new_err("at most 8 fds per message"));
+    }
+    sb::fdpass::send(borrow(fd)?, data, &fds).map_err(|e| SandboxError::new_err(e.to_string()))
+}
+
+/// Makes the next child the init of a new pid namespace (single-threaded interpreter only).
+#[pyfunction]
+fn _zygote_unshare_pid() -> PyResult<()> {
+    sb::zygote::unshare_pid()
+        .map_err(|e| SandboxError::new_err(format!("unshare(CLONE_NEWPID): {e}")))
+}
+
+/// In the forked child: isolates it and returns the environment to install (exits on failure).
+#[pyfunction]
+fn _zygote_child(payload: &[u8], fds: Vec<i32>) -> Vec<(String, String)> {
+    sb::zygote::child_setup(payload, &fds)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySandbox>()?;
+    m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_recv, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_unshare_pid, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_child, m)?)?;
     m.add("AgentRLError", m.py().get_type::<AgentRLError>())?;
     m.add("SandboxError", m.py().get_type::<SandboxError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

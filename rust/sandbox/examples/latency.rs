@@ -38,4 +38,32 @@ fn main() {
         times[n / 2],
         times[n * 9 / 10]
     );
+    let threads = 8;
+    let sb = std::sync::Arc::new(sb);
+    let t = std::time::Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let sb = sb.clone();
+            let argv = argv.clone();
+            std::thread::spawn(move || {
+                for _ in 0..n / threads {
+                    let r = sb
+                        .run(RunRequest {
+                            argv: argv.clone(),
+                            ..Default::default()
+                        })
+                        .expect("run");
+                    assert!(r.ok(), "{r:?}");
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let done = n / threads * threads;
+    println!(
+        "saturated ({threads} threads): {:.0} runs/s",
+        done as f64 / t.elapsed().as_secs_f64()
+    );
 }

@@ -42,8 +42,11 @@ pub struct SandboxConfig {
     pub degraded: bool,
     /// Parent cgroup for a delegated cgroup v2 subtree (default: found automatically).
     pub cgroup_parent: Option<PathBuf>,
-    /// First host uid/gid of the range the boxes run as (one per slot).
+    /// First host uid/gid of the range the boxes run as (two per slot: the box user and the
+    /// slot's warm interpreter).
     pub host_id_base: u32,
+    /// The warm-interpreter fast path, if enabled.
+    pub warm: Option<crate::zygote::WarmConfig>,
 }
 
 impl Default for SandboxConfig {
@@ -58,6 +61,7 @@ impl Default for SandboxConfig {
             degraded: false,
             cgroup_parent: None,
             host_id_base: DEFAULT_HOST_ID_BASE,
+            warm: None,
         }
     }
 }
@@ -102,6 +106,9 @@ pub struct RunRequest {
     pub cwd: Option<String>,
     /// Environment entries added to (or replacing those of) the sandbox's base environment.
     pub env: Vec<(String, String)>,
+    /// Run `/work/__main__.py` (from `files`) on the slot's warm interpreter instead of
+    /// executing `argv` (which then only names the program, for messages).
+    pub warm: bool,
 }
 
 /// Checks that `s` has no NUL byte and returns it as a C string.

@@ -32,16 +32,19 @@
 pub mod cgroup;
 pub mod config;
 pub mod error;
+pub mod fdpass;
 pub mod limits;
 pub mod mounts;
 pub mod net;
 pub mod rlimit;
+mod run;
 pub mod sandbox;
 pub mod seccomp;
 pub mod spawn;
 pub mod supervise;
 pub mod sys;
 pub mod verdict;
+pub mod zygote;
 
 pub use config::{Bind, RunRequest, SandboxConfig};
 pub use error::{Error, Result};

@@ -15,8 +15,9 @@
 //! 2. **Per run**: the parent makes a fresh size-limited tmpfs with `fsopen`/`fsmount` (it is
 //!    attached nowhere on the host), creates `work/`, `tmp/` and `shm/` in it and writes the
 //!    input files. The child, whose new mount namespace is a copy of the slot's, moves that
-//!    tmpfs to `/.run` of the template (its root is mode 0700, owned by host root, so the box
-//!    cannot enter it), binds its three directories over `/work`, `/tmp` and
+//!    tmpfs to `/.run` of the template (its root is mode 0711 and owned by host root: the box
+//!    can neither list nor change it, and what it holds is what `/work`, `/tmp` and `/dev/shm`
+//!    already show), binds its three directories over `/work`, `/tmp` and
 //!    `/dev/shm`, mounts a fresh `/proc` for its pid namespace (with `/proc/sys` read-only),
 //!    and `pivot_root`s into the template, detaching everything of the host. After the run the
 //!    parent still holds the tmpfs through its mount fd and reads the collected files from it
@@ -396,6 +397,14 @@ impl Layout {
                 is_dir: meta.is_dir(),
             });
         }
+        if let Some(w) = &config.warm {
+            entries.push(Entry::Bind {
+                source: w.core_module.clone(),
+                target: PathBuf::from(crate::zygote::CORE_MODULE_IN_BOX),
+                writable: false,
+                is_dir: false,
+            });
+        }
         for d in DEVICES {
             let p = PathBuf::from(format!("/dev/{d}"));
             if !p.exists() {
@@ -712,7 +721,7 @@ impl RunFs {
             &[
                 ("size", size.to_string()),
                 ("nr_inodes", inodes.to_string()),
-                ("mode", "0700".into()),
+                ("mode", "0711".into()),
             ],
             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         )?;

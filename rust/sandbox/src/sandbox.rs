@@ -10,31 +10,31 @@
 
 use std::collections::VecDeque;
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use crate::cgroup;
 use crate::config::{self, RunRequest, SandboxConfig, WORK_DIR};
 use crate::error::{Error, Result};
 use crate::limits::Limits;
-use crate::mounts::{ChildPaths, Layout, RunFs, Template, BOX_ID};
-use crate::seccomp::{self, Filter, Policy};
-use crate::spawn::{self, ChildPlan, ChildStack, Step};
-use crate::supervise::{self, Capture, Kill};
-use crate::verdict::{ExecResult, LimitKind, Status};
-
+use crate::mounts::{ChildPaths, Layout, Template};
+use crate::run::run_in_slot;
+use crate::seccomp::{Filter, Policy};
+use crate::spawn::ChildStack;
+use crate::verdict::ExecResult;
+use crate::zygote::Zygote;
 /// A run, validated and converted to what the child needs.
-struct Prepared {
-    argv: Vec<CString>,
-    exec_paths: Vec<CString>,
-    env: Vec<CString>,
-    cwd: CString,
-    stdin: Vec<u8>,
-    files: Vec<(Vec<String>, Vec<u8>)>,
-    collect: Vec<(String, Vec<String>)>,
-    limits: Limits,
+pub(crate) struct Prepared {
+    pub argv: Vec<CString>,
+    pub exec_paths: Vec<CString>,
+    pub env: Vec<CString>,
+    pub cwd: CString,
+    pub stdin: Vec<u8>,
+    pub files: Vec<(Vec<String>, Vec<u8>)>,
+    pub collect: Vec<(String, Vec<String>)>,
+    pub limits: Limits,
+    /// Run on the slot's warm interpreter (the program is `/work/__main__.py`).
+    pub warm: bool,
 }
 
 struct Reply {
@@ -55,17 +55,19 @@ struct Queue {
     closed: bool,
 }
 
-struct Shared {
-    config: SandboxConfig,
+pub(crate) struct Shared {
+    pub config: SandboxConfig,
+    /// The base environment as C strings (for the warm interpreter).
+    pub base_env: Vec<CString>,
     layout: Layout,
-    filter: Filter,
+    pub filter: Filter,
     /// The cgroup manager; taken (and its base cgroups removed) by `close`.
     cgroups: Mutex<Option<cgroup::Manager>>,
-    cgroup_version: Option<cgroup::Version>,
+    pub cgroup_version: Option<cgroup::Version>,
     queue: Mutex<Queue>,
     cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    cap_last: u32,
+    pub cap_last: u32,
 }
 
 /// An isolated execution environment for untrusted programs. Cheap to share: clone the handle
@@ -97,6 +99,22 @@ impl Sandbox {
             ));
         }
         let layout = Layout::discover(&config)?;
+        let base_env = config
+            .env
+            .iter()
+            .map(|(k, v)| config::env_entry(k, v))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(w) = &config.warm {
+            if w.argv.is_empty() {
+                return Err(Error::invalid("warm", "the interpreter command is empty"));
+            }
+            if !w.core_module.is_file() {
+                return Err(Error::invalid(
+                    "warm",
+                    format!("extension module {} not found", w.core_module.display()),
+                ));
+            }
+        }
         let filter = Filter::compile(&Policy {
             allow_network: config.network,
         });
@@ -132,6 +150,7 @@ impl Sandbox {
             cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
             cap_last,
+            base_env,
         });
         start_slot(&shared)?;
         Ok(Sandbox { shared })
@@ -230,6 +249,15 @@ impl Drop for Sandbox {
 fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
     let limits = req.limits.unwrap_or_else(|| config.limits.clone());
     limits.validate()?;
+    if req.warm && config.warm.is_none() {
+        return Err(Error::invalid(
+            "warm",
+            "this sandbox has no warm interpreter",
+        ));
+    }
+    if req.warm && !req.files.iter().any(|(n, _)| n == "__main__.py") {
+        return Err(Error::invalid("files", "a warm run needs __main__.py"));
+    }
     if req.argv.is_empty() {
         return Err(Error::invalid("argv", "is empty"));
     }
@@ -310,6 +338,7 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         files,
         collect,
         limits,
+        warm: req.warm,
     })
 }
 
@@ -356,11 +385,15 @@ fn start_slot(shared: &Arc<Shared>) -> Result<()> {
 }
 
 /// Everything a slot owns.
-struct Slot {
-    paths: ChildPaths,
-    stack: ChildStack,
-    cgroup: Option<cgroup::Slot>,
-    host_id: u32,
+pub(crate) struct Slot {
+    pub paths: ChildPaths,
+    pub stack: ChildStack,
+    pub cgroup: Option<cgroup::Slot>,
+    /// Host uid/gid of the box user of this slot.
+    pub host_id: u32,
+    /// Host uid/gid of the slot's warm interpreter (root of its user namespace).
+    pub zygote_host_id: u32,
+    pub zygote: Option<Zygote>,
     _template: Template,
 }
 
@@ -496,410 +529,19 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
     let paths = ChildPaths::new(&template.mountpoint);
     let stack =
         ChildStack::new(256 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;
-    let host_id = shared
-        .config
-        .host_id_base
-        .checked_add(index as u32)
+    // Two host ids per slot: the box user, and the slot's warm interpreter.
+    let host_id = (index as u32)
+        .checked_mul(2)
+        .and_then(|i| shared.config.host_id_base.checked_add(i))
+        .filter(|i| i.checked_add(1).is_some())
         .ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
     Ok(Slot {
         paths,
         stack,
         cgroup,
         host_id,
+        zygote_host_id: host_id + 1,
+        zygote: None,
         _template: template,
     })
-}
-
-/// Creates a pipe whose two ends are close-on-exec and numbered 3 or higher.
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh fds owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-fn set_nonblocking(fd: RawFd) {
-    // SAFETY: fcntl on a valid fd.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-    }
-}
-
-fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
-    // SAFETY: NUL-terminated name; the fd is ours.
-    let fd = unsafe { libc::memfd_create(c"stdin".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh fd.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut off = 0;
-    while off < data.len() {
-        // SAFETY: valid buffer.
-        let n = unsafe {
-            libc::write(
-                fd.as_raw_fd(),
-                data[off..].as_ptr().cast(),
-                data.len() - off,
-            )
-        };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        off += n as usize;
-    }
-    // SAFETY: valid fd.
-    unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) };
-    Ok(fd)
-}
-
-fn write_id_map(pid: libc::pid_t, file: &str, inside: u32, outside: u32) -> std::io::Result<()> {
-    std::fs::write(
-        format!("/proc/{pid}/{file}"),
-        format!("{inside} {outside} 1\n"),
-    )
-}
-
-fn thread_cpu_ns() -> u64 {
-    // SAFETY: timespec is plain old data; clock_gettime writes it.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn run_in_slot(shared: &Shared, slot: &mut Slot, run: &Prepared) -> ExecResult {
-    match run_inner(shared, slot, run) {
-        Ok(r) => r,
-        Err(e) => ExecResult::sandbox_error(e),
-    }
-}
-
-fn run_inner(
-    shared: &Shared,
-    slot: &mut Slot,
-    run: &Prepared,
-) -> std::result::Result<ExecResult, String> {
-    let l = &run.limits;
-    let io = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
-    let host_id = slot.host_id;
-    // Per-run file system, streams and channels.
-    let runfs = RunFs::new(l.tmpfs_bytes, host_id, host_id, &run.files)
-        .map_err(io("creating the run tmpfs"))?;
-    let stdin = memfd_with(&run.stdin).map_err(io("preparing stdin"))?;
-    let (out_r, out_w) = pipe().map_err(io("pipe"))?;
-    let (err_r, err_w) = pipe().map_err(io("pipe"))?;
-    let (status_r, status_w) = pipe().map_err(io("pipe"))?;
-    let (sync_r, sync_w) = pipe().map_err(io("pipe"))?;
-    let mut sp = [0; 2];
-    // SAFETY: sp is a valid two-element array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            sp.as_mut_ptr(),
-        )
-    } < 0
-    {
-        return Err(format!("socketpair: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: fresh fds.
-    let (sock_parent, sock_child) =
-        unsafe { (OwnedFd::from_raw_fd(sp[0]), OwnedFd::from_raw_fd(sp[1])) };
-    set_nonblocking(out_r.as_raw_fd());
-    set_nonblocking(err_r.as_raw_fd());
-
-    let degraded = slot.cgroup.is_none();
-    if let Some(cg) = &mut slot.cgroup {
-        // +1 pid: on cgroup v1 the slot thread itself is a member.
-        let extra = if shared.cgroup_version == Some(cgroup::Version::V1) {
-            1
-        } else {
-            0
-        };
-        cg.set_limits(Some(l.memory_bytes), Some(l.max_pids + extra))
-            .map_err(|e| format!("cgroup limits: {e}"))?;
-        cg.prepare_run().map_err(|e| format!("cgroup reset: {e}"))?;
-    }
-    let rlimits = crate::rlimit::for_limits(l, degraded);
-    let argv_ptrs = spawn::ptr_array(&run.argv);
-    let env_ptrs = spawn::ptr_array(&run.env);
-    let plan = ChildPlan {
-        paths: &slot.paths,
-        run_mount_fd: runfs.mount.as_raw_fd(),
-        sync_read: sync_r.as_raw_fd(),
-        status_write: status_w.as_raw_fd(),
-        listener_sock: sock_child.as_raw_fd(),
-        stdin_fd: stdin.as_raw_fd(),
-        stdout_fd: out_w.as_raw_fd(),
-        stderr_fd: err_w.as_raw_fd(),
-        rlimits: &rlimits,
-        cap_last: shared.cap_last,
-        box_id: BOX_ID,
-        hostname: b"sandbox",
-        cwd: &run.cwd,
-        exec_paths: &run.exec_paths,
-        argv: &argv_ptrs,
-        envp: &env_ptrs,
-        filter: &shared.filter,
-    };
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS;
-    let thread_cpu0 = thread_cpu_ns();
-    // SAFETY: plan and everything it points to live until after the child has exec'd or been
-    // reaped below; the stack belongs to this slot, which runs one child at a time; this
-    // thread blocks every signal.
-    let (pid, pidfd) =
-        unsafe { spawn::clone_child(&plan, &slot.stack, flags) }.map_err(io("clone"))?;
-    // SAFETY: fresh pidfd from clone.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    // The child holds its own copies of its ends.
-    drop(out_w);
-    drop(err_w);
-    drop(sync_r);
-    drop(sock_child);
-    let abort = |why: String| {
-        // SAFETY: signalling and reaping our own child through its pidfd / pid.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pidfd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<u8>(),
-                0,
-            );
-            let mut st = 0;
-            libc::waitpid(pid, &mut st, libc::__WALL);
-        }
-        why
-    };
-    // Identity maps: the box user is an unprivileged host id, never host root.
-    if let Err(e) = write_id_map(pid, "uid_map", BOX_ID, host_id)
-        .and_then(|_| write_id_map(pid, "gid_map", BOX_ID, host_id))
-    {
-        return Err(abort(format!("writing the id maps: {e}")));
-    }
-    if let Some(cg) = &slot.cgroup {
-        if shared.cgroup_version == Some(cgroup::Version::V2) {
-            if let Err(e) = cg.attach(pid) {
-                return Err(abort(format!("attaching to the slot cgroup: {e}")));
-            }
-        }
-    }
-    // SAFETY: writing one byte from a valid buffer to our pipe.
-    if unsafe { libc::write(sync_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
-        return Err(abort(format!(
-            "releasing the child: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    drop(status_w);
-    // Wait for exec (end of file) or a failure record.
-    let mut rec = [0u8; 8];
-    let mut got = 0;
-    let setup_deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut pfd = libc::pollfd {
-            fd: status_r.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, 1000) };
-        if n == 0 {
-            if Instant::now() > setup_deadline {
-                return Err(abort(
-                    "the child did not finish its set-up within 30 s".into(),
-                ));
-            }
-            continue;
-        }
-        // SAFETY: reading into the remaining part of rec.
-        let r = unsafe {
-            libc::read(
-                status_r.as_raw_fd(),
-                rec[got..].as_mut_ptr().cast(),
-                8 - got,
-            )
-        };
-        if r < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(abort(format!(
-                "reading the child's status: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        if r == 0 {
-            break;
-        }
-        got += r as usize;
-        if got == 8 {
-            break;
-        }
-    }
-    let started = Instant::now();
-    if got == 8 {
-        let step = u32::from_ne_bytes([rec[0], rec[1], rec[2], rec[3]]);
-        let errno = i32::from_ne_bytes([rec[4], rec[5], rec[6], rec[7]]);
-        let mut st = 0;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, &mut st, libc::__WALL) };
-        let err = std::io::Error::from_raw_os_error(errno);
-        return match Step::from_u32(step) {
-            Some(Step::Exec) => {
-                let mut r = ExecResult::sandbox_error("");
-                r.status = Status::RuntimeError;
-                r.error = None;
-                r.exit_code = Some(127);
-                r.stderr = format!(
-                    "agentrl: cannot execute {}: {err}\n",
-                    run.argv[0].to_string_lossy()
-                )
-                .into_bytes();
-                Ok(r)
-            }
-            Some(s) => Err(format!("box set-up failed at {}: {err}", s.describe())),
-            None => Err(format!(
-                "box set-up failed at an unknown step {step}: {err}"
-            )),
-        };
-    }
-    drop(sync_w);
-    let listener = match seccomp::recv_fd(sock_parent.as_fd()) {
-        Ok(fd) => fd,
-        Err(e) => return Err(abort(format!("receiving the seccomp listener: {e}"))),
-    };
-    set_nonblocking(listener.as_raw_fd());
-
-    let mut out = Capture::new(out_r, l.max_output_bytes);
-    let mut err = Capture::new(err_r, l.max_output_bytes);
-    let cg = slot.cgroup.as_ref();
-    let cpu_time = || -> Option<u64> {
-        let ns = cg?.cpu_time_ns().ok()?;
-        Some(ns.saturating_sub(thread_cpu_ns().saturating_sub(thread_cpu0)))
-    };
-    let deadline = started + Duration::from_secs_f64(l.wall_time_s);
-    let w = supervise::watch(
-        supervise::Params {
-            pid,
-            pidfd: pidfd.as_fd(),
-            listener: Some(listener.as_fd()),
-            deadline,
-            cpu_limit_ns: (l.cpu_time_s * 1e9) as u64,
-            cpu_time: &cpu_time,
-        },
-        &mut out,
-        &mut err,
-    );
-    let wall = started.elapsed().as_secs_f64();
-    // `plan` (and the buffers it points into) lived until here: the child has exec'd or died.
-
-    let usage = match slot.cgroup.as_ref() {
-        Some(cg) => Some(
-            cg.usage()
-                .map_err(|e| format!("reading the slot cgroup: {e}"))?,
-        ),
-        None => None,
-    };
-    let rusage_cpu = tv(&w.rusage.ru_utime) + tv(&w.rusage.ru_stime);
-    let cpu_time_s = match &usage {
-        Some(u) => {
-            let own = thread_cpu_ns().saturating_sub(thread_cpu0);
-            (u.cpu_time_ns.saturating_sub(own) as f64 / 1e9).max(rusage_cpu)
-        }
-        None => rusage_cpu,
-    };
-    let peak = usage
-        .as_ref()
-        .and_then(|u| u.peak_memory_bytes)
-        .or(Some(w.rusage.ru_maxrss as u64 * 1024));
-    let st = w.wait_status;
-    let (exit_code, signal) = if libc::WIFEXITED(st) {
-        (Some(libc::WEXITSTATUS(st)), None)
-    } else {
-        (None, Some(libc::WTERMSIG(st)))
-    };
-    let oom = usage.as_ref().map(|u| u.oom_killed).unwrap_or(false);
-    let pids_hit = usage.as_ref().map(|u| u.pids_limit_hit).unwrap_or(false);
-    let truncated = out.truncated() || err.truncated();
-    let (status, limit) = if oom {
-        (Status::MemoryLimit, Some(LimitKind::Memory))
-    } else if w.killed == Some(Kill::WallTime) {
-        (Status::Timeout, Some(LimitKind::WallTime))
-    } else if w.killed == Some(Kill::CpuTime)
-        || signal == Some(libc::SIGXCPU)
-        || (signal == Some(libc::SIGKILL) && cpu_time_s >= l.cpu_time_s)
-    {
-        (Status::Timeout, Some(LimitKind::CpuTime))
-    } else if truncated {
-        (Status::OutputLimit, Some(LimitKind::Output))
-    } else if let Some(sig) = signal {
-        (
-            Status::Signaled,
-            if sig == libc::SIGXFSZ {
-                Some(LimitKind::FileSize)
-            } else {
-                None
-            },
-        )
-    } else if exit_code != Some(0) {
-        (
-            Status::RuntimeError,
-            if pids_hit {
-                Some(LimitKind::Pids)
-            } else {
-                None
-            },
-        )
-    } else {
-        (
-            Status::Ok,
-            if pids_hit {
-                Some(LimitKind::Pids)
-            } else {
-                None
-            },
-        )
-    };
-    let mut files = Vec::new();
-    let mut truncated_files = Vec::new();
-    for (name, parts) in &run.collect {
-        if let Some((data, cut)) = runfs.collect(parts, l.max_file_bytes) {
-            if cut {
-                truncated_files.push(name.clone());
-            }
-            files.push((name.clone(), data));
-        }
-    }
-    Ok(ExecResult {
-        status,
-        exit_code,
-        signal,
-        stdout_truncated: out.truncated(),
-        stderr_truncated: err.truncated(),
-        stdout: std::mem::take(&mut out.data),
-        stderr: std::mem::take(&mut err.data),
-        wall_time_s: wall,
-        cpu_time_s,
-        peak_memory_bytes: peak,
-        limit,
-        denied_syscalls: w.denied,
-        files,
-        truncated_files,
-        error: None,
-    })
-}
-
-fn tv(t: &libc::timeval) -> f64 {
-    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
 }

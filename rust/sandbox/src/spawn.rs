@@ -167,6 +167,11 @@ pub struct ChildPlan<'a> {
     pub argv: &'a [*const c_char],
     pub envp: &'a [*const c_char],
     pub filter: &'a Filter,
+    /// `-1` for an ordinary run. Otherwise the box is a warm interpreter: this fd becomes its
+    /// fd 3 (its control socket), it stays root of its user namespace with its capabilities,
+    /// gets no seccomp filter, and its `/proc` stays fully visible (so that its children can
+    /// mount their own).
+    pub zygote_control: RawFd,
 }
 
 const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
@@ -295,9 +300,9 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                 )
             );
         }
-        // `/.run` stays attached: its root is mode 0700 and owned by host root, which has no
-        // mapping in the box, so the box cannot enter it; detaching it would cost an RCU grace
-        // period per run.
+        // `/.run` stays attached (detaching it would cost an RCU grace period per run): its
+        // root is mode 0711 and owned by host root, so the box can neither list nor change it,
+        // and it holds nothing that /work, /tmp and /dev/shm do not already show.
         step!(
             p,
             Step::MountProc,
@@ -310,35 +315,37 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                 0
             )
         );
-        step!(
-            p,
-            Step::BindProcSys,
-            syscall5(
-                libc::SYS_mount,
-                paths.proc_sys.as_ptr() as usize,
-                paths.proc_sys.as_ptr() as usize,
-                0,
-                (libc::MS_BIND | libc::MS_REC) as usize,
-                0
-            )
-        );
-        step!(
-            p,
-            Step::RemountProcSys,
-            syscall5(
-                libc::SYS_mount,
-                0,
-                paths.proc_sys.as_ptr() as usize,
-                0,
-                (libc::MS_BIND
-                    | libc::MS_REMOUNT
-                    | libc::MS_RDONLY
-                    | libc::MS_NOSUID
-                    | libc::MS_NODEV
-                    | libc::MS_NOEXEC) as usize,
-                0
-            )
-        );
+        if p.zygote_control < 0 {
+            step!(
+                p,
+                Step::BindProcSys,
+                syscall5(
+                    libc::SYS_mount,
+                    paths.proc_sys.as_ptr() as usize,
+                    paths.proc_sys.as_ptr() as usize,
+                    0,
+                    (libc::MS_BIND | libc::MS_REC) as usize,
+                    0
+                )
+            );
+            step!(
+                p,
+                Step::RemountProcSys,
+                syscall5(
+                    libc::SYS_mount,
+                    0,
+                    paths.proc_sys.as_ptr() as usize,
+                    0,
+                    (libc::MS_BIND
+                        | libc::MS_REMOUNT
+                        | libc::MS_RDONLY
+                        | libc::MS_NOSUID
+                        | libc::MS_NODEV
+                        | libc::MS_NOEXEC) as usize,
+                    0
+                )
+            );
+        }
         step!(
             p,
             Step::ChdirRoot,
@@ -412,76 +419,103 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             );
         }
 
-        // 5. Identity.
-        let mut cap = 0;
-        while cap <= p.cap_last {
+        // 5. Identity. A warm interpreter stays root of its user namespace (an unprivileged
+        // host id) and keeps its capabilities there; it only runs agentrl's own bootstrap.
+        if p.zygote_control >= 0 {
+            step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
+            step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, 0, 0, 0));
+            step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, 0, 0, 0));
             step!(
                 p,
-                Step::CapBound,
+                Step::DeathSig,
                 syscall3(
                     libc::SYS_prctl,
-                    libc::PR_CAPBSET_DROP as usize,
-                    cap as usize,
+                    libc::PR_SET_PDEATHSIG as usize,
+                    libc::SIGKILL as usize,
                     0
                 )
             );
-            cap += 1;
+            let fd = p.zygote_control as usize;
+            if fd == 3 {
+                step!(
+                    p,
+                    Step::Stdio,
+                    syscall3(libc::SYS_fcntl, 3, libc::F_SETFD as usize, 0)
+                );
+            } else {
+                step!(p, Step::Stdio, syscall3(libc::SYS_dup3, fd, 3, 0));
+            }
+        } else {
+            let mut cap = 0;
+            while cap <= p.cap_last {
+                step!(
+                    p,
+                    Step::CapBound,
+                    syscall3(
+                        libc::SYS_prctl,
+                        libc::PR_CAPBSET_DROP as usize,
+                        cap as usize,
+                        0
+                    )
+                );
+                cap += 1;
+            }
+            step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
+            let id = p.box_id as usize;
+            step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, id, id, id));
+            step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, id, id, id));
+            let header = CapHeader {
+                version: 0x2008_0522,
+                pid: 0,
+            };
+            let data = [CapData::default(), CapData::default()];
+            step!(
+                p,
+                Step::Capset,
+                syscall3(
+                    libc::SYS_capset,
+                    &header as *const CapHeader as usize,
+                    data.as_ptr() as usize,
+                    0
+                )
+            );
+            step!(
+                p,
+                Step::Capset,
+                syscall6(
+                    libc::SYS_prctl,
+                    libc::PR_CAP_AMBIENT as usize,
+                    libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
+                    0,
+                    0,
+                    0,
+                    0
+                )
+            );
+            step!(
+                p,
+                Step::NoNewPrivs,
+                syscall6(
+                    libc::SYS_prctl,
+                    libc::PR_SET_NO_NEW_PRIVS as usize,
+                    1,
+                    0,
+                    0,
+                    0,
+                    0
+                )
+            );
+            step!(
+                p,
+                Step::DeathSig,
+                syscall3(
+                    libc::SYS_prctl,
+                    libc::PR_SET_PDEATHSIG as usize,
+                    libc::SIGKILL as usize,
+                    0
+                )
+            );
         }
-        step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
-        let id = p.box_id as usize;
-        step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, id, id, id));
-        step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, id, id, id));
-        let header = CapHeader {
-            version: 0x2008_0522,
-            pid: 0,
-        };
-        let data = [CapData::default(), CapData::default()];
-        step!(
-            p,
-            Step::Capset,
-            syscall3(
-                libc::SYS_capset,
-                &header as *const CapHeader as usize,
-                data.as_ptr() as usize,
-                0
-            )
-        );
-        step!(
-            p,
-            Step::Capset,
-            syscall6(
-                libc::SYS_prctl,
-                libc::PR_CAP_AMBIENT as usize,
-                libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
-                0,
-                0,
-                0,
-                0
-            )
-        );
-        step!(
-            p,
-            Step::NoNewPrivs,
-            syscall6(
-                libc::SYS_prctl,
-                libc::PR_SET_NO_NEW_PRIVS as usize,
-                1,
-                0,
-                0,
-                0,
-                0
-            )
-        );
-        step!(
-            p,
-            Step::DeathSig,
-            syscall3(
-                libc::SYS_prctl,
-                libc::PR_SET_PDEATHSIG as usize,
-                libc::SIGKILL as usize,
-                0
-            )
-        );
 
         // 6. Working directory and signals.
         step!(
@@ -525,17 +559,19 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             )
         );
 
-        // 7. Seccomp, last.
-        let listener = match p.filter.install() {
-            Ok(fd) => fd,
-            Err(e) => report(p.status_write, Step::Seccomp, e),
-        };
-        step!(
-            p,
-            Step::SendListener,
-            crate::seccomp::send_fd(p.listener_sock, listener)
-        );
-        syscall3(libc::SYS_close, listener as usize, 0, 0);
+        // 7. Seccomp, last (not for the warm interpreter: its children install it).
+        if p.zygote_control < 0 {
+            let listener = match p.filter.install() {
+                Ok(fd) => fd,
+                Err(e) => report(p.status_write, Step::Seccomp, e),
+            };
+            step!(
+                p,
+                Step::SendListener,
+                crate::seccomp::send_fd(p.listener_sock, listener)
+            );
+            syscall3(libc::SYS_close, listener as usize, 0, 0);
+        }
 
         // 8. Exec.
         let mut err = libc::ENOENT;

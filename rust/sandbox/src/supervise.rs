@@ -66,8 +66,6 @@ pub enum Kill {
 /// What the watch loop saw.
 pub struct Watch {
     pub killed: Option<Kill>,
-    pub wait_status: i32,
-    pub rusage: libc::rusage,
     pub denied: Vec<String>,
 }
 
@@ -75,7 +73,6 @@ const MAX_DENIALS: usize = 64;
 
 /// Parameters of the watch loop.
 pub struct Params<'a> {
-    pub pid: libc::pid_t,
     pub pidfd: BorrowedFd<'a>,
     pub listener: Option<BorrowedFd<'a>>,
     pub deadline: Instant,
@@ -84,7 +81,8 @@ pub struct Params<'a> {
     pub cpu_time: &'a dyn Fn() -> Option<u64>,
 }
 
-/// Runs until the box's init process exits, then drains the pipes.
+/// Runs until the box's init process exits (its pidfd becomes readable), then drains the
+/// pipes. Reaping is the caller's: the box may be our child or the warm interpreter's.
 pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
     let mut buf = vec![0u8; 64 << 10];
     let mut killed = None;
@@ -159,30 +157,43 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
     }
     // The init process has exited, so the kernel has killed every other process of the pid
     // namespace: the pipes reach end of file once their buffers are drained.
-    let mut status = 0;
-    // SAFETY: rusage is plain old data; all-zero is valid.
-    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: wait4 on our own child, with valid out pointers; __WALL because the child was
-    // cloned without an exit signal.
-    unsafe { libc::wait4(p.pid, &mut status, libc::__WALL, &mut rusage) };
     let drain_until = Instant::now() + Duration::from_secs(2);
     while (out.fd.is_some() || err.fd.is_some()) && Instant::now() < drain_until {
         let mut fds = [
             pfd(out.fd.as_ref().map(|f| f.as_raw_fd())),
             pfd(err.fd.as_ref().map(|f| f.as_raw_fd())),
         ];
-        // SAFETY: as above.
+        // SAFETY: fds is a valid array of two pollfd.
         unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) };
         out.pump(&mut buf);
         err.pump(&mut buf);
     }
     out.fd = None;
     err.fd = None;
-    Watch {
-        killed,
+    Watch { killed, denied }
+}
+
+/// How the box's init process ended, and what it used.
+pub struct Exit {
+    pub wait_status: i32,
+    pub rusage: libc::rusage,
+}
+
+/// Reaps our own child `pid` (cloned without an exit signal, hence `__WALL`).
+pub fn reap(pid: libc::pid_t) -> Exit {
+    let mut status = 0;
+    // SAFETY: rusage is plain old data; all-zero is valid.
+    let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child with valid out pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::__WALL, &mut rusage) };
+        if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    Exit {
         wait_status: status,
         rusage,
-        denied,
     }
 }
 

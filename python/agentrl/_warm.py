@@ -1,0 +1,120 @@
+"""The warm interpreter's bootstrap (the "zygote" of the warm-Python fast path).
+
+It runs inside a box, started once per slot as ``python -I -c BOOTSTRAP``, as root of its
+own user namespace (an unprivileged host uid). It loads agentrl's extension module from
+where the sandbox bound it, imports the configured modules, and then serves requests on
+fd 3: for each one it forks a child into a new pid namespace; the child isolates itself
+through ``_zygote_child`` (new mount namespace, fresh tmpfs, its own ``/proc``, the box
+user, no capabilities, ``no_new_privs``, seccomp, every fd but 0/1/2 closed) and runs
+``/work/__main__.py`` as a new interpreter would, while the interpreter reports the pidfd
+and, later, the exit status.
+"""
+
+from __future__ import annotations
+
+import json
+
+__all__ = ["bootstrap_argv"]
+
+_SOURCE = r'''
+import os, sys
+
+def _agentrl_zygote(core_path, preimports):
+    base = set(sys.modules)
+    from importlib.util import module_from_spec, spec_from_file_location
+    spec = spec_from_file_location("_core", core_path)
+    core = module_from_spec(spec)
+    spec.loader.exec_module(core)
+    before = set(sys.modules)
+    for name in preimports:
+        __import__(name)
+    allowed = base | (set(sys.modules) - before)
+    import struct
+    core._zygote_init()
+    ctl = 3
+    core._zygote_send(ctl, b"R", [])
+    while True:
+        msg = core._zygote_recv(ctl)
+        if msg is None:
+            os._exit(0)
+        payload, fds = msg
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            core._zygote_unshare_pid()
+            pid = os.fork()
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            core._zygote_send(ctl, b"E" + str(e).encode(), [])
+            continue
+        if pid == 0:
+            env = core._zygote_child(payload, fds)
+            for name in list(sys.modules):
+                if name not in allowed:
+                    del sys.modules[name]
+            _agentrl_run(env)
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        core._zygote_send(ctl, b"P", [pidfd])
+        os.close(pidfd)
+        _, status, ru = os.wait4(pid, 0)
+        report = struct.pack("<iddq", status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss)
+        core._zygote_send(ctl, b"S" + report, [])
+
+def _agentrl_run(env):
+    import atexit
+    atexit._clear()
+    os.environ.clear()
+    os.environ.update(env)
+    path = "/work/__main__.py"
+    sys.argv = ["__main__.py"]
+    sys.path[0] = "/work"
+    main = type(sys)("__main__")
+    main.__file__ = path
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    code = 0
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+        exec(compile(source, path, "exec"), main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code & 0xFF
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    threading = sys.modules.get("threading")
+    if threading is not None and hasattr(threading, "_shutdown"):
+        try:
+            threading._shutdown()
+        except BaseException:
+            pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(code)
+
+_agentrl_zygote(CORE_PATH, PREIMPORTS)
+'''
+
+
+def bootstrap_argv(python: str, core_path: str, preimports: tuple[str, ...]) -> list[str]:
+    """The command that starts a warm interpreter."""
+    for name in preimports:
+        if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+            raise ValueError(f"preimports: {name!r} is not a module name")
+    source = _SOURCE.replace("CORE_PATH", json.dumps(core_path)).replace(
+        "PREIMPORTS", json.dumps(list(preimports))
+    )
+    return [python, "-I", "-c", source]

@@ -1,0 +1,661 @@
+//! One run in a slot: per-run I/O, launching the box (cold: a new clone; warm: a fork of the
+//! slot's warm interpreter), watching it, and the verdict.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::cgroup;
+use crate::fdpass;
+use crate::mounts::{RunFs, BOX_ID};
+use crate::sandbox::{Prepared, Shared, Slot};
+use crate::seccomp;
+use crate::spawn::{self, ChildPlan, Step};
+use crate::supervise::{self, Capture, Kill};
+use crate::verdict::{ExecResult, LimitKind, Status};
+use crate::zygote;
+
+pub(crate) type RunResult<T> = std::result::Result<T, String>;
+
+/// Runs one prepared request in `slot`; infrastructure failures become `sandbox_error`.
+pub(crate) fn run_in_slot(shared: &Shared, slot: &mut Slot, run: &Prepared) -> ExecResult {
+    match run_inner(shared, slot, run) {
+        Ok(r) => r,
+        Err(e) => ExecResult::sandbox_error(e),
+    }
+}
+
+/// The per-run channels: the tmpfs, stdin, output pipes, the set-up status pipe and the
+/// socket the child hands its seccomp listener through.
+pub(crate) struct RunIo {
+    pub runfs: RunFs,
+    pub stdin: OwnedFd,
+    pub out_r: OwnedFd,
+    pub out_w: OwnedFd,
+    pub err_r: OwnedFd,
+    pub err_w: OwnedFd,
+    pub status_r: OwnedFd,
+    pub status_w: OwnedFd,
+    pub sock_parent: OwnedFd,
+    pub sock_child: OwnedFd,
+}
+
+impl RunIo {
+    fn new(run: &Prepared, host_id: u32) -> RunResult<RunIo> {
+        let io = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
+        let runfs = RunFs::new(run.limits.tmpfs_bytes, host_id, host_id, &run.files)
+            .map_err(io("creating the run tmpfs"))?;
+        let stdin = memfd_with(&run.stdin).map_err(io("preparing stdin"))?;
+        let (out_r, out_w) = pipe().map_err(io("pipe"))?;
+        let (err_r, err_w) = pipe().map_err(io("pipe"))?;
+        let (status_r, status_w) = pipe().map_err(io("pipe"))?;
+        let (sock_parent, sock_child) = fdpass::seqpacket_pair().map_err(io("socketpair"))?;
+        set_nonblocking(out_r.as_raw_fd());
+        set_nonblocking(err_r.as_raw_fd());
+        Ok(RunIo {
+            runfs,
+            stdin,
+            out_r,
+            out_w,
+            err_r,
+            err_w,
+            status_r,
+            status_w,
+            sock_parent,
+            sock_child,
+        })
+    }
+}
+
+/// How the box is reaped once its pidfd says it exited.
+pub(crate) enum Reaper {
+    /// Our own clone child.
+    Wait4(libc::pid_t),
+    /// A child of the slot's warm interpreter, which reports the status.
+    Zygote,
+}
+
+/// A box that has reached `execve` (or the start of the user's code, on the warm path).
+pub(crate) struct Live {
+    pub pidfd: OwnedFd,
+    pub reaper: Reaper,
+    pub listener: OwnedFd,
+}
+
+pub(crate) enum Launch {
+    Live(Live),
+    /// The program could not be executed (no such file, not executable...).
+    ExecFailed(i32),
+}
+
+fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<ExecResult> {
+    let l = &run.limits;
+    if run.warm && shared.config.warm.is_none() {
+        return Err("the warm interpreter is not configured for this sandbox".into());
+    }
+    if run.warm {
+        zygote::ensure(shared, slot)?;
+    }
+    let io = RunIo::new(run, slot.host_id)?;
+    let baseline = if run.warm {
+        slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0)
+    } else {
+        0
+    };
+    if let Some(cg) = &mut slot.cgroup {
+        // Extra pids: on cgroup v1 the slot thread is a member; the warm interpreter is one.
+        let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1))
+            + u64::from(slot.zygote.is_some());
+        cg.set_limits(Some(l.memory_bytes + baseline), Some(l.max_pids + extra))
+            .map_err(|e| format!("cgroup limits: {e}"))?;
+        cg.prepare_run().map_err(|e| format!("cgroup reset: {e}"))?;
+    }
+    let thread_cpu0 = thread_cpu_ns();
+    let RunIo {
+        runfs,
+        stdin,
+        out_r,
+        out_w,
+        err_r,
+        err_w,
+        status_r,
+        status_w,
+        sock_parent,
+        sock_child,
+    } = io;
+    let child_fds = ChildFds {
+        run_mount: runfs.mount.as_fd(),
+        stdin: stdin.as_fd(),
+        stdout: out_w.as_fd(),
+        stderr: err_w.as_fd(),
+        listener_sock: sock_child.as_fd(),
+    };
+    // The status pipe's write end is handed over: the launch closes our copy, so that end of
+    // file on it means "exec happened".
+    let launched = if run.warm {
+        zygote::launch(
+            shared,
+            slot,
+            run,
+            &child_fds,
+            (status_r.as_fd(), status_w),
+            sock_parent.as_fd(),
+        )
+    } else {
+        launch_cold(
+            shared,
+            slot,
+            run,
+            &child_fds,
+            (status_r.as_fd(), status_w),
+            sock_parent.as_fd(),
+        )
+    };
+    drop((out_w, err_w, sock_child, stdin));
+    let live = match launched {
+        Err(e) => {
+            if run.warm {
+                zygote::discard(slot);
+            }
+            return Err(e);
+        }
+        Ok(Launch::ExecFailed(errno)) => {
+            let err = std::io::Error::from_raw_os_error(errno);
+            let mut r = ExecResult::sandbox_error("");
+            r.status = Status::RuntimeError;
+            r.error = None;
+            r.exit_code = Some(127);
+            r.stderr = format!(
+                "agentrl: cannot execute {}: {err}\n",
+                run.argv[0].to_string_lossy()
+            )
+            .into_bytes();
+            return Ok(r);
+        }
+        Ok(Launch::Live(live)) => live,
+    };
+    let started = Instant::now();
+    let mut out = Capture::new(out_r, l.max_output_bytes);
+    let mut err = Capture::new(err_r, l.max_output_bytes);
+    let cg = slot.cgroup.as_ref();
+    let cpu_time = || -> Option<u64> {
+        let ns = cg?.cpu_time_ns().ok()?;
+        Some(ns.saturating_sub(thread_cpu_ns().saturating_sub(thread_cpu0)))
+    };
+    let w = supervise::watch(
+        supervise::Params {
+            pidfd: live.pidfd.as_fd(),
+            listener: Some(live.listener.as_fd()),
+            deadline: started + Duration::from_secs_f64(l.wall_time_s),
+            cpu_limit_ns: (l.cpu_time_s * 1e9) as u64,
+            cpu_time: &cpu_time,
+        },
+        &mut out,
+        &mut err,
+    );
+    let wall = started.elapsed().as_secs_f64();
+    let exit = match live.reaper {
+        Reaper::Wait4(pid) => supervise::reap(pid),
+        Reaper::Zygote => match zygote::wait_exit(slot) {
+            Ok(e) => e,
+            Err(e) => {
+                zygote::discard(slot);
+                return Err(e);
+            }
+        },
+    };
+    drop(sock_parent);
+
+    let usage = match slot.cgroup.as_ref() {
+        Some(cg) => Some(
+            cg.usage()
+                .map_err(|e| format!("reading the slot cgroup: {e}"))?,
+        ),
+        None => None,
+    };
+    let rusage_cpu = tv(&exit.rusage.ru_utime) + tv(&exit.rusage.ru_stime);
+    let cpu_time_s = match &usage {
+        Some(u) => {
+            let own = thread_cpu_ns().saturating_sub(thread_cpu0);
+            (u.cpu_time_ns.saturating_sub(own) as f64 / 1e9).max(rusage_cpu)
+        }
+        None => rusage_cpu,
+    };
+    let peak = usage
+        .as_ref()
+        .and_then(|u| u.peak_memory_bytes)
+        .map(|p| p.saturating_sub(baseline))
+        .or(Some(exit.rusage.ru_maxrss as u64 * 1024));
+    let st = exit.wait_status;
+    let (exit_code, signal) = if libc::WIFEXITED(st) {
+        (Some(libc::WEXITSTATUS(st)), None)
+    } else {
+        (None, Some(libc::WTERMSIG(st)))
+    };
+    let oom = usage.as_ref().map(|u| u.oom_killed).unwrap_or(false);
+    let pids_hit = usage.as_ref().map(|u| u.pids_limit_hit).unwrap_or(false);
+    let (status, limit) = classify(
+        oom,
+        w.killed,
+        signal,
+        exit_code,
+        cpu_time_s >= l.cpu_time_s,
+        out.truncated() || err.truncated(),
+        pids_hit,
+    );
+    let mut files = Vec::new();
+    let mut truncated_files = Vec::new();
+    for (name, parts) in &run.collect {
+        if let Some((data, cut)) = runfs.collect(parts, l.max_file_bytes) {
+            if cut {
+                truncated_files.push(name.clone());
+            }
+            files.push((name.clone(), data));
+        }
+    }
+    Ok(ExecResult {
+        status,
+        exit_code,
+        signal,
+        stdout_truncated: out.truncated(),
+        stderr_truncated: err.truncated(),
+        stdout: std::mem::take(&mut out.data),
+        stderr: std::mem::take(&mut err.data),
+        wall_time_s: wall,
+        cpu_time_s,
+        peak_memory_bytes: peak,
+        limit,
+        denied_syscalls: w.denied,
+        files,
+        truncated_files,
+        error: None,
+    })
+}
+
+/// The status and the limit that decided it, in order of precedence.
+fn classify(
+    oom: bool,
+    killed: Option<Kill>,
+    signal: Option<i32>,
+    exit_code: Option<i32>,
+    cpu_exhausted: bool,
+    truncated: bool,
+    pids_hit: bool,
+) -> (Status, Option<LimitKind>) {
+    let pids = if pids_hit {
+        Some(LimitKind::Pids)
+    } else {
+        None
+    };
+    if oom {
+        (Status::MemoryLimit, Some(LimitKind::Memory))
+    } else if killed == Some(Kill::WallTime) {
+        (Status::Timeout, Some(LimitKind::WallTime))
+    } else if killed == Some(Kill::CpuTime)
+        || signal == Some(libc::SIGXCPU)
+        || (signal == Some(libc::SIGKILL) && cpu_exhausted)
+    {
+        (Status::Timeout, Some(LimitKind::CpuTime))
+    } else if truncated {
+        (Status::OutputLimit, Some(LimitKind::Output))
+    } else if let Some(sig) = signal {
+        (
+            Status::Signaled,
+            if sig == libc::SIGXFSZ {
+                Some(LimitKind::FileSize)
+            } else {
+                pids
+            },
+        )
+    } else if exit_code != Some(0) {
+        (Status::RuntimeError, pids)
+    } else {
+        (Status::Ok, pids)
+    }
+}
+
+/// The fds a child needs (it duplicates them; the parent closes its copies after launch).
+pub(crate) struct ChildFds<'a> {
+    pub run_mount: BorrowedFd<'a>,
+    pub stdin: BorrowedFd<'a>,
+    pub stdout: BorrowedFd<'a>,
+    pub stderr: BorrowedFd<'a>,
+    pub listener_sock: BorrowedFd<'a>,
+}
+
+/// What `clone_box` should make.
+pub(crate) struct BoxSpec<'a> {
+    pub argv: &'a [std::ffi::CString],
+    pub exec_paths: &'a [std::ffi::CString],
+    pub env: &'a [std::ffi::CString],
+    pub cwd: &'a std::ffi::CString,
+    pub rlimits: &'a [(u32, libc::rlimit64)],
+    /// `uid_map`/`gid_map` contents.
+    pub id_map: String,
+    /// For the warm interpreter: its control socket (becomes fd 3); it keeps root in the box.
+    pub zygote_control: Option<BorrowedFd<'a>>,
+}
+
+/// Clones a new box in the slot and waits until it has exec'd. Returns `(pid, pidfd)` or
+/// `ExecFailed`; `Err` for set-up failures (the child is killed and reaped).
+pub(crate) fn clone_box(
+    shared: &Shared,
+    slot: &Slot,
+    spec: &BoxSpec<'_>,
+    fds: &ChildFds<'_>,
+    (status_r, status_w): (BorrowedFd<'_>, OwnedFd),
+) -> RunResult<std::result::Result<(libc::pid_t, OwnedFd), i32>> {
+    let (sync_r, sync_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    let argv_ptrs = spawn::ptr_array(spec.argv);
+    let env_ptrs = spawn::ptr_array(spec.env);
+    let plan = ChildPlan {
+        paths: &slot.paths,
+        run_mount_fd: fds.run_mount.as_raw_fd(),
+        sync_read: sync_r.as_raw_fd(),
+        status_write: status_w.as_raw_fd(),
+        listener_sock: fds.listener_sock.as_raw_fd(),
+        stdin_fd: fds.stdin.as_raw_fd(),
+        stdout_fd: fds.stdout.as_raw_fd(),
+        stderr_fd: fds.stderr.as_raw_fd(),
+        rlimits: spec.rlimits,
+        cap_last: shared.cap_last,
+        box_id: BOX_ID,
+        hostname: b"sandbox",
+        cwd: spec.cwd,
+        exec_paths: spec.exec_paths,
+        argv: &argv_ptrs,
+        envp: &env_ptrs,
+        filter: &shared.filter,
+        zygote_control: spec.zygote_control.map(|f| f.as_raw_fd()).unwrap_or(-1),
+    };
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    // SAFETY: plan and everything it points to live until this function returns, by which
+    // time the child has exec'd or been reaped; the stack belongs to this slot, which launches
+    // one child at a time; the slot thread blocks every signal.
+    let (pid, pidfd) = unsafe { spawn::clone_child(&plan, &slot.stack, flags) }
+        .map_err(|e| format!("clone: {e}"))?;
+    // SAFETY: fresh pidfd from clone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    drop(sync_r);
+    drop(status_w);
+    let abort = |why: String| {
+        kill(pidfd.as_fd());
+        supervise::reap(pid);
+        why
+    };
+    // Identity maps: box users are unprivileged host ids, never host root.
+    if let Err(e) = std::fs::write(format!("/proc/{pid}/uid_map"), &spec.id_map)
+        .and_then(|_| std::fs::write(format!("/proc/{pid}/gid_map"), &spec.id_map))
+    {
+        return Err(abort(format!("writing the id maps: {e}")));
+    }
+    if let Some(cg) = &slot.cgroup {
+        if shared.cgroup_version == Some(cgroup::Version::V2) {
+            if let Err(e) = cg.attach(pid) {
+                return Err(abort(format!("attaching to the slot cgroup: {e}")));
+            }
+        }
+    }
+    // SAFETY: writing one byte from a valid buffer to our pipe.
+    if unsafe { libc::write(sync_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
+        return Err(abort(format!(
+            "releasing the child: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    match read_status(status_r, Duration::from_secs(30)) {
+        Err(e) => Err(abort(e)),
+        Ok(None) => Ok(Ok((pid, pidfd))),
+        Ok(Some((Step::Exec, errno))) => {
+            supervise::reap(pid);
+            Ok(Err(errno))
+        }
+        Ok(Some((step, errno))) => {
+            supervise::reap(pid);
+            Err(format!(
+                "box set-up failed at {}: {}",
+                step.describe(),
+                std::io::Error::from_raw_os_error(errno)
+            ))
+        }
+    }
+}
+
+fn launch_cold(
+    shared: &Shared,
+    slot: &Slot,
+    run: &Prepared,
+    fds: &ChildFds<'_>,
+    status: (BorrowedFd<'_>, OwnedFd),
+    sock_parent: BorrowedFd<'_>,
+) -> RunResult<Launch> {
+    let degraded = slot.cgroup.is_none();
+    let rlimits = crate::rlimit::for_limits(&run.limits, degraded);
+    let spec = BoxSpec {
+        argv: &run.argv,
+        exec_paths: &run.exec_paths,
+        env: &run.env,
+        cwd: &run.cwd,
+        rlimits: &rlimits,
+        id_map: format!("{BOX_ID} {} 1\n", slot.host_id),
+        zygote_control: None,
+    };
+    match clone_box(shared, slot, &spec, fds, status)? {
+        Err(errno) => Ok(Launch::ExecFailed(errno)),
+        Ok((pid, pidfd)) => {
+            let listener = receive_listener(sock_parent).inspect_err(|_| {
+                kill(pidfd.as_fd());
+                supervise::reap(pid);
+            })?;
+            Ok(Launch::Live(Live {
+                pidfd,
+                reaper: Reaper::Wait4(pid),
+                listener,
+            }))
+        }
+    }
+}
+
+/// Receives the child's seccomp listener (sent just before it runs untrusted code).
+pub(crate) fn receive_listener(sock: BorrowedFd<'_>) -> RunResult<OwnedFd> {
+    let listener =
+        seccomp::recv_fd(sock).map_err(|e| format!("receiving the seccomp listener: {e}"))?;
+    set_nonblocking(listener.as_raw_fd());
+    Ok(listener)
+}
+
+/// Reads the child's set-up status pipe: `None` at end of file (exec happened), or the step
+/// that failed and its errno.
+pub(crate) fn read_status(
+    status_r: BorrowedFd<'_>,
+    limit: Duration,
+) -> RunResult<Option<(Step, i32)>> {
+    let mut rec = [0u8; 8];
+    let mut got = 0;
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: status_r.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 1000) };
+        if n == 0 {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the child did not finish its set-up within {} s",
+                    limit.as_secs()
+                ));
+            }
+            continue;
+        }
+        // SAFETY: reading into the remaining part of rec.
+        let r = unsafe {
+            libc::read(
+                status_r.as_raw_fd(),
+                rec[got..].as_mut_ptr().cast(),
+                8 - got,
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("reading the child's status: {e}"));
+        }
+        if r == 0 {
+            break;
+        }
+        got += r as usize;
+        if got == 8 {
+            break;
+        }
+    }
+    if got < 8 {
+        return Ok(None);
+    }
+    let step = u32::from_ne_bytes([rec[0], rec[1], rec[2], rec[3]]);
+    let errno = i32::from_ne_bytes([rec[4], rec[5], rec[6], rec[7]]);
+    match Step::from_u32(step) {
+        Some(s) => Ok(Some((s, errno))),
+        None => Err(format!(
+            "box set-up failed at an unknown step {step}: errno {errno}"
+        )),
+    }
+}
+
+/// SIGKILL through a pidfd.
+pub(crate) fn kill(pidfd: BorrowedFd<'_>) {
+    // SAFETY: pidfd_send_signal on a valid pidfd with a NULL siginfo.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<u8>(),
+            0,
+        )
+    };
+}
+
+/// Creates a pipe whose two ends are close-on-exec.
+pub(crate) fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh fds owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+pub(crate) fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl on a valid fd.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+}
+
+/// A close-on-exec memfd holding `data`, positioned at its start.
+pub(crate) fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
+    // SAFETY: NUL-terminated name; the fd is ours.
+    let fd = unsafe { libc::memfd_create(c"agentrl".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut off = 0;
+    while off < data.len() {
+        // SAFETY: valid buffer.
+        let n = unsafe {
+            libc::write(
+                fd.as_raw_fd(),
+                data[off..].as_ptr().cast(),
+                data.len() - off,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        off += n as usize;
+    }
+    // SAFETY: valid fd.
+    unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) };
+    Ok(fd)
+}
+
+pub(crate) fn thread_cpu_ns() -> u64 {
+    // SAFETY: timespec is plain old data; clock_gettime writes it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn tv(t: &libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence() {
+        let c = |oom, killed, sig, code, cpu, trunc, pids| {
+            classify(oom, killed, sig, code, cpu, trunc, pids)
+        };
+        assert_eq!(
+            c(true, Some(Kill::WallTime), Some(9), None, true, true, true).0,
+            Status::MemoryLimit
+        );
+        assert_eq!(
+            c(
+                false,
+                Some(Kill::WallTime),
+                Some(9),
+                None,
+                true,
+                true,
+                false
+            )
+            .1,
+            Some(LimitKind::WallTime)
+        );
+        assert_eq!(
+            c(false, None, Some(libc::SIGXCPU), None, false, false, false).1,
+            Some(LimitKind::CpuTime)
+        );
+        assert_eq!(
+            c(false, None, Some(9), None, true, false, false).0,
+            Status::Timeout
+        );
+        assert_eq!(
+            c(false, None, Some(9), None, false, false, false).0,
+            Status::Signaled
+        );
+        assert_eq!(
+            c(false, None, None, Some(0), false, true, false).0,
+            Status::OutputLimit
+        );
+        assert_eq!(
+            c(false, None, Some(libc::SIGXFSZ), None, false, false, false).1,
+            Some(LimitKind::FileSize)
+        );
+        assert_eq!(
+            c(false, None, None, Some(2), false, false, true),
+            (Status::RuntimeError, Some(LimitKind::Pids))
+        );
+        assert_eq!(
+            c(false, None, None, Some(0), false, false, false),
+            (Status::Ok, None)
+        );
+    }
+}

@@ -1,0 +1,598 @@
+//! The warm-interpreter fast path ("zygote").
+//!
+//! Python start-up costs tens of milliseconds, far more than isolation. Each slot can keep a
+//! **warm interpreter**: a Python process that was started once inside a box of the slot (its
+//! own user, mount, pid, ipc, uts and cgroup namespaces, the slot's network namespace, the
+//! read-only root) and has already imported the configured modules. It is trusted code (the
+//! bootstrap in `python/agentrl/_warm.py`): it runs as root *of its user namespace* (an
+//! unprivileged host uid of its own), without seccomp, so that it can build nested
+//! namespaces for its children.
+//!
+//! A warm run is a `fork` of that interpreter, made by the interpreter on request over a
+//! control socket, into a **new pid namespace** (the run is pid 1 of it: it cannot see,
+//! signal or trace the interpreter or any other run) and a **new mount namespace**, where the
+//! child attaches a fresh per-run tmpfs over `/work`, `/tmp` and `/dev/shm` and mounts its
+//! own `/proc` (with `/proc/sys` read-only). It then drops to the box user (uid 1000, a
+//! different host uid from the interpreter's), clears every capability, sets
+//! `no_new_privs`, installs the same seccomp filter as a cold run, hands the listener to the
+//! supervisor, closes every fd but 0/1/2 and only then runs the user's code. The modules the
+//! run imports and everything it changes die with it: the next run is a fresh fork.
+//!
+//! The supervisor (the slot thread) kills a run through a pidfd the interpreter sends it, and
+//! the interpreter reports the exit status. If the interpreter dies, the run in flight gets
+//! `sandbox_error` and the next warm run starts a new interpreter.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::fdpass;
+use crate::mounts::{RunFs, BOX_ID};
+use crate::run::{self, BoxSpec, ChildFds, Launch, RunResult};
+use crate::sandbox::{Prepared, Shared, Slot};
+use crate::seccomp::{self, Filter, Policy};
+use crate::spawn::Step;
+use crate::supervise::{self, Exit};
+
+/// Where the extension module is bound inside the box (the bootstrap loads it from there).
+pub const CORE_MODULE_IN_BOX: &str = "/.agentrl/_core.so";
+
+/// How to start a warm interpreter.
+#[derive(Debug, Clone)]
+pub struct WarmConfig {
+    /// The full command (`python -I -c BOOTSTRAP`), built by the Python layer.
+    pub argv: Vec<String>,
+    /// Host path of the compiled extension module, bound at [`CORE_MODULE_IN_BOX`].
+    pub core_module: std::path::PathBuf,
+    /// How long the interpreter may take to start and import its modules.
+    pub start_timeout: Duration,
+}
+
+/// A slot's warm interpreter.
+pub struct Zygote {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    ctl: OwnedFd,
+    /// Its stdout and stderr (a memfd), for error messages.
+    log: OwnedFd,
+    /// Memory the interpreter itself holds in the slot cgroup (added to each run's limit and
+    /// subtracted from its peak).
+    pub baseline_memory: u64,
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        run::kill(self.pidfd.as_fd());
+        supervise::reap(self.pid);
+    }
+}
+
+fn alive(z: &Zygote) -> bool {
+    let mut p = libc::pollfd {
+        fd: z.pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 0 }
+}
+
+/// Makes sure the slot has a live warm interpreter.
+pub(crate) fn ensure(shared: &Shared, slot: &mut Slot) -> RunResult<()> {
+    if slot.zygote.as_ref().is_some_and(alive) {
+        return Ok(());
+    }
+    slot.zygote = None;
+    let z = start(shared, slot)?;
+    slot.zygote = Some(z);
+    Ok(())
+}
+
+/// Kills and forgets the slot's warm interpreter (after it misbehaved).
+pub(crate) fn discard(slot: &mut Slot) {
+    slot.zygote = None;
+}
+
+fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
+    let warm = shared
+        .config
+        .warm
+        .as_ref()
+        .ok_or("no warm interpreter configured")?;
+    let e = |what: &'static str| {
+        move |err: std::io::Error| format!("starting the warm interpreter: {what}: {err}")
+    };
+    let runfs = RunFs::new(1 << 20, slot.host_id, slot.host_id, &[]).map_err(e("tmpfs"))?;
+    let stdin = run::memfd_with(b"").map_err(e("stdin"))?;
+    let log = run::memfd_with(b"").map_err(e("log"))?;
+    let (status_r, status_w) = run::pipe().map_err(e("pipe"))?;
+    let (_sock_parent, sock_child) = fdpass::seqpacket_pair().map_err(e("socketpair"))?;
+    let (ctl, ctl_child) = fdpass::seqpacket_pair().map_err(e("socketpair"))?;
+    let argv: Vec<CString> = warm
+        .argv
+        .iter()
+        .map(|a| {
+            CString::new(a.as_bytes()).map_err(|_| "warm interpreter argv contains NUL".to_string())
+        })
+        .collect::<RunResult<_>>()?;
+    let cwd = CString::new("/").expect("no NUL");
+    let rlimits = [(
+        #[allow(clippy::unnecessary_cast)] // u32 on glibc, c_int elsewhere
+        (libc::RLIMIT_CORE as u32),
+        libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        },
+    )];
+    let spec = BoxSpec {
+        argv: &argv,
+        exec_paths: &argv[..1],
+        env: &shared.base_env,
+        cwd: &cwd,
+        rlimits: &rlimits,
+        id_map: format!("0 {} 1\n{BOX_ID} {} 1\n", slot.zygote_host_id, slot.host_id),
+        zygote_control: Some(ctl_child.as_fd()),
+    };
+    let fds = ChildFds {
+        run_mount: runfs.mount.as_fd(),
+        stdin: stdin.as_fd(),
+        stdout: log.as_fd(),
+        stderr: log.as_fd(),
+        listener_sock: sock_child.as_fd(),
+    };
+    let launched = run::clone_box(shared, slot, &spec, &fds, (status_r.as_fd(), status_w))?;
+    drop(ctl_child);
+    let (pid, pidfd) = match launched {
+        Ok(p) => p,
+        Err(errno) => {
+            return Err(format!(
+                "starting the warm interpreter: cannot execute {}: {}",
+                warm.argv[0],
+                std::io::Error::from_raw_os_error(errno)
+            ))
+        }
+    };
+    let mut z = Zygote {
+        pid,
+        pidfd,
+        ctl,
+        log,
+        baseline_memory: 0,
+    };
+    match fdpass::recv(z.ctl.as_fd(), Some(warm.start_timeout)) {
+        Ok(Some((m, _))) if m == b"R" => {}
+        other => {
+            let why = match other {
+                Err(e) => e.to_string(),
+                Ok(_) => "it exited".to_string(),
+            };
+            // Killing it first makes sure its output is complete.
+            run::kill(z.pidfd.as_fd());
+            supervise::reap(z.pid);
+            let out = tail(&z.log);
+            return Err(format!(
+                "the warm interpreter did not start ({why}); its output: {out}"
+            ));
+        }
+    }
+    if let Some(cg) = &slot.cgroup {
+        z.baseline_memory = cg.sample_memory().unwrap_or(0);
+    }
+    Ok(z)
+}
+
+/// The last few hundred bytes of a memfd, for error messages.
+fn tail(fd: &OwnedFd) -> String {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: pread into a valid buffer from a valid fd.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+    buf.truncate(n.max(0) as usize);
+    let s = String::from_utf8_lossy(&buf);
+    let s = s.trim();
+    let mut cut = s.len().saturating_sub(600);
+    while !s.is_char_boundary(cut) {
+        cut += 1;
+    }
+    s[cut..].to_string()
+}
+
+/// Asks the warm interpreter for a run; returns once the run is about to execute user code.
+pub(crate) fn launch(
+    shared: &Shared,
+    slot: &mut Slot,
+    prepared: &Prepared,
+    fds: &ChildFds<'_>,
+    (status_r, status_w): (std::os::fd::BorrowedFd<'_>, OwnedFd),
+    sock_parent: std::os::fd::BorrowedFd<'_>,
+) -> RunResult<Launch> {
+    let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+    let rlimits = crate::rlimit::for_limits(&prepared.limits, slot.cgroup.is_none());
+    let payload = encode(
+        shared.config.network,
+        &rlimits,
+        prepared.cwd.as_bytes(),
+        &prepared.env,
+    );
+    let send = [
+        fds.run_mount.as_raw_fd(),
+        fds.stdin.as_raw_fd(),
+        fds.stdout.as_raw_fd(),
+        fds.stderr.as_raw_fd(),
+        status_w.as_raw_fd(),
+        fds.listener_sock.as_raw_fd(),
+    ];
+    fdpass::send(z.ctl.as_fd(), &payload, &send)
+        .map_err(|e| format!("the warm interpreter is gone: {e}"))?;
+    drop(status_w);
+    let pidfd = match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
+        Ok(Some((m, mut f))) if m == b"P" && f.len() == 1 => f.pop().expect("one fd"),
+        Ok(Some((m, _))) if m.first() == Some(&b'E') => {
+            return Err(format!(
+                "the warm interpreter could not fork: {}",
+                String::from_utf8_lossy(&m[1..])
+            ))
+        }
+        Ok(_) => {
+            return Err(format!(
+                "the warm interpreter died; its output: {}",
+                tail(&z.log)
+            ))
+        }
+        Err(e) => return Err(format!("the warm interpreter did not answer: {e}")),
+    };
+    match run::read_status(status_r, Duration::from_secs(30)) {
+        Ok(None) => {}
+        Ok(Some((step, errno))) => {
+            let _ = wait_exit(slot);
+            return Err(format!(
+                "warm run set-up failed at {}: {}",
+                step.describe(),
+                std::io::Error::from_raw_os_error(errno)
+            ));
+        }
+        Err(e) => {
+            run::kill(pidfd.as_fd());
+            let _ = wait_exit(slot);
+            return Err(e);
+        }
+    }
+    let listener = match run::receive_listener(sock_parent) {
+        Ok(l) => l,
+        Err(e) => {
+            run::kill(pidfd.as_fd());
+            let _ = wait_exit(slot);
+            return Err(e);
+        }
+    };
+    Ok(Launch::Live(run::Live {
+        pidfd,
+        reaper: run::Reaper::Zygote,
+        listener,
+    }))
+}
+
+/// Receives the exit report of the run in flight from the warm interpreter.
+pub(crate) fn wait_exit(slot: &Slot) -> RunResult<Exit> {
+    let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+    match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
+        Ok(Some((m, _))) if m.len() == 29 && m[0] == b'S' => {
+            let status = i32::from_le_bytes(m[1..5].try_into().expect("4 bytes"));
+            let utime = f64::from_le_bytes(m[5..13].try_into().expect("8 bytes"));
+            let stime = f64::from_le_bytes(m[13..21].try_into().expect("8 bytes"));
+            let maxrss = i64::from_le_bytes(m[21..29].try_into().expect("8 bytes"));
+            // SAFETY: rusage is plain old data; all-zero is valid.
+            let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+            rusage.ru_utime = timeval(utime);
+            rusage.ru_stime = timeval(stime);
+            rusage.ru_maxrss = maxrss;
+            Ok(Exit {
+                wait_status: status,
+                rusage,
+            })
+        }
+        Ok(_) => Err(format!(
+            "the warm interpreter died during the run; its output: {}",
+            tail(&z.log)
+        )),
+        Err(e) => Err(format!("the warm interpreter did not report the exit: {e}")),
+    }
+}
+
+fn timeval(s: f64) -> libc::timeval {
+    libc::timeval {
+        tv_sec: s.trunc() as libc::time_t,
+        tv_usec: (s.fract() * 1e6) as libc::suseconds_t,
+    }
+}
+
+/// Serialises what the interpreter's child needs: network policy, rlimits, cwd, env.
+fn encode(
+    network: bool,
+    rlimits: &[(u32, libc::rlimit64)],
+    cwd: &[u8],
+    env: &[CString],
+) -> Vec<u8> {
+    let mut v = vec![u8::from(network)];
+    v.extend_from_slice(&(rlimits.len() as u32).to_le_bytes());
+    for (r, l) in rlimits {
+        v.extend_from_slice(&r.to_le_bytes());
+        v.extend_from_slice(&l.rlim_cur.to_le_bytes());
+        v.extend_from_slice(&l.rlim_max.to_le_bytes());
+    }
+    v.extend_from_slice(&(cwd.len() as u32).to_le_bytes());
+    v.extend_from_slice(cwd);
+    v.extend_from_slice(&(env.len() as u32).to_le_bytes());
+    for e in env {
+        let b = e.as_bytes();
+        v.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        v.extend_from_slice(b);
+    }
+    v
+}
+
+/// A decoded request.
+pub struct Request {
+    pub network: bool,
+    pub rlimits: Vec<(u32, libc::rlimit64)>,
+    pub cwd: CString,
+    pub env: Vec<(String, String)>,
+}
+
+/// Parses a request payload.
+pub fn decode(p: &[u8]) -> Option<Request> {
+    let mut i = 0usize;
+    let take = |i: &mut usize, n: usize| -> Option<&[u8]> {
+        let s = p.get(*i..*i + n)?;
+        *i += n;
+        Some(s)
+    };
+    let u32_ = |i: &mut usize| take(i, 4).map(|b| u32::from_le_bytes(b.try_into().expect("4")));
+    let u64_ = |i: &mut usize| take(i, 8).map(|b| u64::from_le_bytes(b.try_into().expect("8")));
+    let network = *take(&mut i, 1)?.first()? != 0;
+    let n = u32_(&mut i)? as usize;
+    let mut rlimits = Vec::with_capacity(n.min(64));
+    for _ in 0..n {
+        let r = u32_(&mut i)?;
+        let cur = u64_(&mut i)?;
+        let max = u64_(&mut i)?;
+        rlimits.push((
+            r,
+            libc::rlimit64 {
+                rlim_cur: cur,
+                rlim_max: max,
+            },
+        ));
+    }
+    let n = u32_(&mut i)? as usize;
+    let cwd = CString::new(take(&mut i, n)?).ok()?;
+    let n = u32_(&mut i)? as usize;
+    let mut env = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        let m = u32_(&mut i)? as usize;
+        let kv = String::from_utf8(take(&mut i, m)?.to_vec()).ok()?;
+        let (k, v) = kv.split_once('=')?;
+        env.push((k.to_string(), v.to_string()));
+    }
+    Some(Request {
+        network,
+        rlimits,
+        cwd,
+        env,
+    })
+}
+
+// ---- The interpreter's side (called through the binding inside the warm interpreter) ----
+
+static FILTERS: OnceLock<(Filter, Filter)> = OnceLock::new();
+
+/// Compiles both seccomp policies once, before any fork (so children only install them).
+pub fn interpreter_init() {
+    FILTERS.get_or_init(|| {
+        (
+            Filter::compile(&Policy {
+                allow_network: false,
+            }),
+            Filter::compile(&Policy {
+                allow_network: true,
+            }),
+        )
+    });
+}
+
+/// The interpreter's own pid namespace (opened once).
+static OWN_PID_NS: OnceLock<std::io::Result<OwnedFd>> = OnceLock::new();
+
+/// Makes the interpreter's next child the init of a new pid namespace. A process may unshare
+/// its children's pid namespace only while that is still its own, so it first goes back to
+/// its own (`setns`), then unshares afresh.
+pub fn unshare_pid() -> std::io::Result<()> {
+    let own =
+        OWN_PID_NS.get_or_init(|| std::fs::File::open("/proc/self/ns/pid").map(OwnedFd::from));
+    let own = own
+        .as_ref()
+        .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))?;
+    // SAFETY: setns/unshare with a valid namespace fd and flags only; the interpreter is
+    // single-threaded.
+    unsafe {
+        if libc::setns(own.as_raw_fd(), libc::CLONE_NEWPID) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::unshare(libc::CLONE_NEWPID) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// In the forked child: builds the run's view and drops every privilege, exactly as a cold
+/// run does, then closes every fd but 0/1/2. `fds` are, in order: run tmpfs, stdin, stdout,
+/// stderr, status pipe, listener socket. Returns the environment to install; on failure it
+/// reports the step on the status pipe and exits with status 126.
+pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
+    let status = fds.get(4).copied().unwrap_or(-1);
+    let fail = |step: Step, errno: i32| -> ! {
+        let mut rec = [0u8; 8];
+        rec[..4].copy_from_slice(&(step as u32).to_ne_bytes());
+        rec[4..].copy_from_slice(&errno.to_ne_bytes());
+        // SAFETY: writing a valid buffer, then leaving the process without unwinding.
+        unsafe {
+            libc::write(status, rec.as_ptr().cast(), 8);
+            libc::_exit(126)
+        }
+    };
+    let last = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    let Some(req) = decode(payload) else {
+        fail(Step::Sync, libc::EINVAL)
+    };
+    if fds.len() != 6 {
+        fail(Step::Sync, libc::EBADF);
+    }
+    let c = |s: &str| CString::new(s).expect("static path");
+    let ok = |r: libc::c_int, step: Step| {
+        if r < 0 {
+            fail(step, last());
+        }
+    };
+    // SAFETY (whole block): plain system calls on valid paths and fds in a single-threaded
+    // forked child; every failure ends the process.
+    unsafe {
+        ok(libc::unshare(libc::CLONE_NEWNS), Step::MountRun);
+        let (empty, run) = (c(""), c("/.run"));
+        let r = libc::syscall(
+            libc::SYS_move_mount,
+            fds[0],
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            run.as_ptr(),
+            0x4u32,
+        );
+        ok(r as libc::c_int, Step::MountRun);
+        for (src, dst, step) in [
+            ("/.run/work", "/work", Step::BindWork),
+            ("/.run/tmp", "/tmp", Step::BindTmp),
+            ("/.run/shm", "/dev/shm", Step::BindShm),
+        ] {
+            let (s, d) = (c(src), c(dst));
+            ok(
+                libc::mount(
+                    s.as_ptr(),
+                    d.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                ),
+                step,
+            );
+        }
+        let (proc_, sys) = (c("/proc"), c("/proc/sys"));
+        let fstype = c("proc");
+        ok(
+            libc::mount(
+                fstype.as_ptr(),
+                proc_.as_ptr(),
+                fstype.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ),
+            Step::MountProc,
+        );
+        ok(
+            libc::mount(
+                sys.as_ptr(),
+                sys.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ),
+            Step::BindProcSys,
+        );
+        ok(
+            libc::mount(
+                std::ptr::null(),
+                sys.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND
+                    | libc::MS_REMOUNT
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ),
+            Step::RemountProcSys,
+        );
+        ok(libc::setsid(), Step::Setsid);
+        for (fd, target) in [(fds[1], 0), (fds[2], 1), (fds[3], 2)] {
+            ok(libc::dup2(fd, target), Step::Stdio);
+        }
+        for (res, lim) in &req.rlimits {
+            ok(
+                libc::prlimit64(0, *res, lim, std::ptr::null_mut()),
+                Step::Rlimit,
+            );
+        }
+        let cap_last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40);
+        for cap in 0..=cap_last {
+            ok(
+                libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0),
+                Step::CapBound,
+            );
+        }
+        ok(libc::setgroups(0, std::ptr::null()), Step::Setgroups);
+        ok(libc::setresgid(BOX_ID, BOX_ID, BOX_ID), Step::Setgid);
+        ok(libc::setresuid(BOX_ID, BOX_ID, BOX_ID), Step::Setuid);
+        let header = [0x2008_0522u32, 0];
+        let data = [0u32; 6];
+        ok(
+            libc::syscall(libc::SYS_capset, header.as_ptr(), data.as_ptr()) as libc::c_int,
+            Step::Capset,
+        );
+        ok(
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ),
+            Step::Capset,
+        );
+        ok(
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+            Step::NoNewPrivs,
+        );
+        ok(
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ),
+            Step::DeathSig,
+        );
+        ok(libc::chdir(req.cwd.as_ptr()), Step::Chdir);
+        interpreter_init();
+        let (plain, net) = FILTERS.get().expect("initialised above");
+        let filter = if req.network { net } else { plain };
+        let listener = match filter.install() {
+            Ok(fd) => fd,
+            Err(e) => fail(Step::Seccomp, e),
+        };
+        if seccomp::send_fd(fds[5], listener) < 0 {
+            fail(Step::SendListener, last());
+        }
+        libc::close(listener);
+        // Nothing of the interpreter's stays open: not its control socket, not the request.
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+    }
+    req.env
+}
