@@ -9,6 +9,7 @@ from agentrl.errors import AgentRLError, SandboxError
 from agentrl.limits import Limits
 from agentrl.result import ExecResult, Status
 from agentrl.sandbox import Bind, Sandbox
+from agentrl.session import Session, Snapshot
 
 __all__ = [
     "AgentRLError",
@@ -17,6 +18,8 @@ __all__ = [
     "Limits",
     "Sandbox",
     "SandboxError",
+    "Session",
+    "Snapshot",
     "Status",
     "__version__",
 ]

@@ -13,6 +13,7 @@ from agentrl import _core
 from agentrl._warm import bootstrap_argv
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
+from agentrl.session import Session
 
 __all__ = ["Bind", "Sandbox"]
 
@@ -87,6 +88,23 @@ def _env_pairs(name: str, env: Mapping[str, str] | None) -> list[tuple[str, str]
         if "\0" in v:
             raise ValueError(f"{name}: value of {k} contains a NUL byte")
         out.append((k, v))
+    return out
+
+
+def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
+    if files is None:
+        return out
+    if not isinstance(files, Mapping):
+        raise TypeError("files must be a mapping of relative path to bytes or str")
+    for name, content in files.items():
+        if not isinstance(name, str):
+            raise TypeError(f"file names must be str, got {name!r}")
+        if isinstance(content, str):
+            content = content.encode()
+        elif not isinstance(content, (bytes, bytearray, memoryview)):
+            raise TypeError(f"contents of {name!r} must be bytes or str")
+        out.append((name, bytes(content)))
     return out
 
 
@@ -208,6 +226,7 @@ class Sandbox:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         _warm: bool = False,
+        _session: object = None,
     ) -> ExecResult:
         """Runs ``argv`` in a fresh box and returns its verdict.
 
@@ -233,18 +252,7 @@ class Sandbox:
             data = bytes(stdin)
         else:
             raise TypeError(f"stdin must be bytes or str, got {type(stdin).__name__}")
-        file_list: list[tuple[str, bytes]] = []
-        if files is not None:
-            if not isinstance(files, Mapping):
-                raise TypeError("files must be a mapping of relative path to bytes or str")
-            for name, content in files.items():
-                if not isinstance(name, str):
-                    raise TypeError(f"file names must be str, got {name!r}")
-                if isinstance(content, str):
-                    content = content.encode()
-                elif not isinstance(content, (bytes, bytearray, memoryview)):
-                    raise TypeError(f"contents of {name!r} must be bytes or str")
-                file_list.append((name, bytes(content)))
+        file_list = _file_list(files)
         if isinstance(collect, str):
             raise TypeError("collect must be a sequence of relative paths, not a single string")
         names = list(collect)
@@ -264,6 +272,7 @@ class Sandbox:
             cwd,
             _env_pairs("env", env),
             _warm,
+            _session,
         )
         return ExecResult._from_core(raw)
 
@@ -299,6 +308,37 @@ class Sandbox:
             env=env,
             _warm=self._warm,
         )
+
+    def session(
+        self,
+        files: Mapping[str, bytes | str] | None = None,
+        limits: Limits | None = None,
+        *,
+        disk_bytes: int | None = None,
+        cpu_budget_s: float | None = None,
+    ) -> Session:
+        """A work dir that persists across steps (see :class:`Session`).
+
+        ``files`` are the initial contents (what :meth:`Session.reset` returns to);
+        ``limits`` are each step's (default: the sandbox's); ``disk_bytes`` bounds what the
+        steps may write between snapshots (default ``limits.tmpfs_bytes``); ``cpu_budget_s``
+        bounds the CPU time of all steps together.
+        """
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
+        lim = limits or self._limits
+        if disk_bytes is None:
+            disk_bytes = lim.tmpfs_bytes
+        if isinstance(disk_bytes, bool) or not isinstance(disk_bytes, int):
+            raise TypeError("disk_bytes must be an int")
+        if cpu_budget_s is not None:
+            if isinstance(cpu_budget_s, bool) or not isinstance(cpu_budget_s, (int, float)):
+                raise TypeError("cpu_budget_s must be a number")
+            if not cpu_budget_s > 0:
+                raise ValueError(f"cpu_budget_s must be positive, got {cpu_budget_s}")
+        file_list = _file_list(files)
+        inner = self._inner.session(file_list, disk_bytes)
+        return Session(self, inner, lim, None if cpu_budget_s is None else float(cpu_budget_s))
 
     async def arun(self, argv: Sequence[StrOrBytesPath], **kwargs: object) -> ExecResult:
         """:meth:`run` without blocking the event loop (runs on the loop's executor)."""

@@ -104,7 +104,7 @@ impl PySandbox {
     }
 
     /// Runs one program; returns a dict of the verdict fields.
-    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false))]
+    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false, session=None))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -117,9 +117,11 @@ impl PySandbox {
         cwd: Option<String>,
         env: Vec<(String, String)>,
         warm: bool,
+        session: Option<PyRef<'py, PySession>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let req = sb::RunRequest {
             warm,
+            session: session.map(|s| s.inner.clone()),
             argv,
             stdin,
             files,
@@ -131,6 +133,20 @@ impl PySandbox {
         let inner = self.inner.clone();
         let r = py.detach(move || inner.run(req)).map_err(to_py)?;
         result_dict(py, r)
+    }
+
+    /// Creates a persistent session.
+    fn session(
+        &self,
+        py: Python<'_>,
+        files: Vec<(String, Vec<u8>)>,
+        disk_bytes: u64,
+    ) -> PyResult<PySession> {
+        let inner = self.inner.clone();
+        let s = py
+            .detach(move || inner.session(files, disk_bytes))
+            .map_err(to_py)?;
+        Ok(PySession { inner: s })
     }
 
     /// Stops the slots and removes the cgroups. Idempotent.
@@ -152,6 +168,42 @@ impl PySandbox {
     #[getter]
     fn slots(&self) -> usize {
         self.inner.slots()
+    }
+}
+
+/// Handle of a session's layers.
+#[pyclass(frozen, name = "Session", module = "agentrl._core")]
+struct PySession {
+    inner: sb::Session,
+}
+
+/// A frozen state of a session.
+#[pyclass(frozen, name = "Snapshot", module = "agentrl._core")]
+struct PySnapshot {
+    inner: sb::Snapshot,
+}
+
+#[pymethods]
+impl PySession {
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        let s = self.inner.clone();
+        py.detach(move || s.reset()).map_err(to_py)
+    }
+
+    fn snapshot(&self, py: Python<'_>) -> PyResult<PySnapshot> {
+        let s = self.inner.clone();
+        let snap = py.detach(move || s.snapshot()).map_err(to_py)?;
+        Ok(PySnapshot { inner: snap })
+    }
+
+    fn restore(&self, py: Python<'_>, snap: PyRef<'_, PySnapshot>) -> PyResult<()> {
+        let (s, snap) = (self.inner.clone(), snap.inner.clone());
+        py.detach(move || s.restore(&snap)).map_err(to_py)
+    }
+
+    fn close(&self, py: Python<'_>) {
+        let s = self.inner.clone();
+        py.detach(move || s.close());
     }
 }
 
@@ -233,9 +285,29 @@ fn _zygote_child(payload: &[u8], fds: Vec<i32>) -> Vec<(String, String)> {
     sb::zygote::child_setup(payload, &fds)
 }
 
+/// The seccomp policy in words (for the nsjail backend): a dict of lists.
+#[pyfunction]
+fn seccomp_policy(py: Python<'_>, network: bool) -> PyResult<Bound<'_, PyDict>> {
+    let p = sb::seccomp::describe(&sb::seccomp::Policy {
+        allow_network: network,
+    });
+    let d = PyDict::new(py);
+    d.set_item("allow", p.allow)?;
+    d.set_item("deny", p.deny)?;
+    d.set_item("enosys", p.enosys)?;
+    d.set_item("clone_refused_flags", p.clone_refused_flags)?;
+    d.set_item("socket_domains", p.socket_domains)?;
+    d.set_item("refused_ioctls", p.refused_ioctls)?;
+    d.set_item("personalities", p.personalities)?;
+    Ok(d)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySandbox>()?;
+    m.add_class::<PySession>()?;
+    m.add_class::<PySnapshot>()?;
+    m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_recv, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;

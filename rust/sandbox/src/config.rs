@@ -109,6 +109,8 @@ pub struct RunRequest {
     /// Run `/work/__main__.py` (from `files`) on the slot's warm interpreter instead of
     /// executing `argv` (which then only names the program, for messages).
     pub warm: bool,
+    /// Run as a step of this session: its persistent work dir replaces the fresh one.
+    pub session: Option<crate::session::Session>,
 }
 
 /// Checks that `s` has no NUL byte and returns it as a C string.

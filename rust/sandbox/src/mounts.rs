@@ -760,12 +760,32 @@ impl RunFs {
     /// Reads a file the run left in its work dir, never following a symlink and never leaving
     /// the tmpfs. Returns `None` when there is no such regular file; the bool says truncated.
     pub fn collect(&self, parts: &[String], cap: u64) -> Option<(Vec<u8>, bool)> {
-        let mut path = b"work".to_vec();
+        collect_at(self.root.as_fd(), b"work", parts, cap)
+    }
+
+    /// The root directory fd of the tmpfs.
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+}
+
+/// Reads `prefix/parts...` under `dir` without following any symlink or leaving `dir`.
+/// Returns `None` unless it is a regular file; the bool says it was cut at `cap`.
+pub fn collect_at(
+    dir: BorrowedFd<'_>,
+    prefix: &[u8],
+    parts: &[String],
+    cap: u64,
+) -> Option<(Vec<u8>, bool)> {
+    {
+        let mut path = prefix.to_vec();
         for p in parts {
-            path.push(b'/');
+            if !path.is_empty() {
+                path.push(b'/');
+            }
             path.extend_from_slice(p.as_bytes());
         }
-        let fd = openat2_beneath(self.root.as_fd(), &path).ok()?;
+        let fd = openat2_beneath(dir, &path).ok()?;
         let mut st: libc::stat = unsafe_zeroed_stat();
         // SAFETY: fd is valid and st is a writable stat buffer.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0
@@ -798,11 +818,6 @@ impl RunFs {
             out.extend_from_slice(&buf[..n]);
         }
         Some((out, truncated))
-    }
-
-    /// The root directory fd of the tmpfs.
-    pub fn root(&self) -> BorrowedFd<'_> {
-        self.root.as_fd()
     }
 }
 

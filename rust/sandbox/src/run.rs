@@ -95,7 +95,12 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     if run.warm {
         zygote::ensure(shared, slot)?;
     }
-    let io = RunIo::new(run, slot.host_id)?;
+    let host_id = run
+        .session
+        .as_ref()
+        .map(|(_, id)| *id)
+        .unwrap_or(slot.host_id);
+    let io = RunIo::new(run, host_id)?;
     let baseline = if run.warm {
         slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0)
     } else {
@@ -245,7 +250,13 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     let mut files = Vec::new();
     let mut truncated_files = Vec::new();
     for (name, parts) in &run.collect {
-        if let Some((data, cut)) = runfs.collect(parts, l.max_file_bytes) {
+        let got = match &run.session {
+            Some((work, _)) => {
+                crate::mounts::collect_at(work.as_fd(), b"", parts, l.max_file_bytes)
+            }
+            None => runfs.collect(parts, l.max_file_bytes),
+        };
+        if let Some((data, cut)) = got {
             if cut {
                 truncated_files.push(name.clone());
             }
@@ -333,6 +344,8 @@ pub(crate) struct BoxSpec<'a> {
     pub id_map: String,
     /// For the warm interpreter: its control socket (becomes fd 3); it keeps root in the box.
     pub zygote_control: Option<BorrowedFd<'a>>,
+    /// For a session step: the overlay to attach at `/work`.
+    pub work_mount: Option<BorrowedFd<'a>>,
 }
 
 /// Clones a new box in the slot and waits until it has exec'd. Returns `(pid, pidfd)` or
@@ -366,6 +379,7 @@ pub(crate) fn clone_box(
         envp: &env_ptrs,
         filter: &shared.filter,
         zygote_control: spec.zygote_control.map(|f| f.as_raw_fd()).unwrap_or(-1),
+        work_mount_fd: spec.work_mount.map(|f| f.as_raw_fd()).unwrap_or(-1),
     };
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -440,8 +454,15 @@ fn launch_cold(
         env: &run.env,
         cwd: &run.cwd,
         rlimits: &rlimits,
-        id_map: format!("{BOX_ID} {} 1\n", slot.host_id),
+        id_map: format!(
+            "{BOX_ID} {} 1\n",
+            run.session
+                .as_ref()
+                .map(|(_, id)| *id)
+                .unwrap_or(slot.host_id)
+        ),
         zygote_control: None,
+        work_mount: run.session.as_ref().map(|(m, _)| m.as_fd()),
     };
     match clone_box(shared, slot, &spec, fds, status)? {
         Err(errno) => Ok(Launch::ExecFailed(errno)),

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -20,9 +21,25 @@ use crate::limits::Limits;
 use crate::mounts::{ChildPaths, Layout, Template};
 use crate::run::run_in_slot;
 use crate::seccomp::{Filter, Policy};
+use crate::session::Session;
 use crate::spawn::ChildStack;
 use crate::verdict::ExecResult;
 use crate::zygote::Zygote;
+
+/// Sessions' host ids start this far above the slots' (which use two per slot, at most 4096
+/// slots).
+const SESSION_ID_OFFSET: u32 = 0x0001_0000;
+
+fn session_host_id(base: u32, n: u32) -> Result<u32> {
+    if n >= 1 << 24 {
+        return Err(Error::setup(
+            "too many sessions for this sandbox's host id range",
+        ));
+    }
+    base.checked_add(SESSION_ID_OFFSET)
+        .and_then(|b| b.checked_add(n))
+        .ok_or_else(|| Error::invalid("host_id_base", "too large"))
+}
 /// A run, validated and converted to what the child needs.
 pub(crate) struct Prepared {
     pub argv: Vec<CString>,
@@ -35,6 +52,8 @@ pub(crate) struct Prepared {
     pub limits: Limits,
     /// Run on the slot's warm interpreter (the program is `/work/__main__.py`).
     pub warm: bool,
+    /// For a session step: the overlay to attach at `/work`, and the session's host id.
+    pub session: Option<(OwnedFd, u32)>,
 }
 
 struct Reply {
@@ -57,6 +76,9 @@ struct Queue {
 
 pub(crate) struct Shared {
     pub config: SandboxConfig,
+    /// The session manager, started with the first session.
+    sessions: Mutex<Option<Arc<crate::session::Manager>>>,
+    session_ids: std::sync::atomic::AtomicU32,
     /// The base environment as C strings (for the warm interpreter).
     pub base_env: Vec<CString>,
     layout: Layout,
@@ -151,6 +173,8 @@ impl Sandbox {
             threads: Mutex::new(Vec::new()),
             cap_last,
             base_env,
+            sessions: Mutex::new(None),
+            session_ids: std::sync::atomic::AtomicU32::new(0),
         });
         start_slot(&shared)?;
         Ok(Sandbox { shared })
@@ -197,6 +221,51 @@ impl Sandbox {
         Ok(slot.take().expect("checked above"))
     }
 
+    /// Creates a session: a work dir that persists across runs (see [`crate::session`]).
+    /// `disk_bytes` bounds what each stage (between snapshots and resets) may write.
+    pub fn session(&self, files: Vec<(String, Vec<u8>)>, disk_bytes: u64) -> Result<Session> {
+        if disk_bytes < 64 << 10 {
+            return Err(Error::invalid(
+                "disk_bytes",
+                format!("must be at least 65536, got {disk_bytes}"),
+            ));
+        }
+        let mut parsed = Vec::with_capacity(files.len());
+        for (name, data) in files {
+            parsed.push((config::relative_path("files", &name)?, data));
+        }
+        let manager = {
+            let mut m = self
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if self
+                .shared
+                .queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .closed
+            {
+                return Err(Error::Closed);
+            }
+            match m.as_ref() {
+                Some(m) => m.clone(),
+                None => {
+                    let new = Arc::new(crate::session::Manager::new()?);
+                    *m = Some(new.clone());
+                    new
+                }
+            }
+        };
+        let n = self
+            .shared
+            .session_ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let host_id = session_host_id(self.shared.config.host_id_base, n)?;
+        Session::create(manager, host_id, parsed, disk_bytes)
+    }
+
     /// Stops the slots after the queued runs finish, and removes the cgroups.
     pub fn close(&self) {
         {
@@ -220,6 +289,15 @@ impl Sandbox {
             q = self.shared.cv.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         drop(q);
+        if let Some(m) = self
+            .shared
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            m.close();
+        }
         // Every slot cgroup is gone; remove the sandbox's base cgroups.
         drop(
             self.shared
@@ -253,6 +331,15 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         return Err(Error::invalid(
             "warm",
             "this sandbox has no warm interpreter",
+        ));
+    }
+    if req.session.is_some() && req.warm {
+        return Err(Error::invalid("warm", "session steps run cold"));
+    }
+    if req.session.is_some() && !req.files.is_empty() {
+        return Err(Error::invalid(
+            "files",
+            "a session's files are given when it is created; a step writes files with its command",
         ));
     }
     if req.warm && !req.files.iter().any(|(n, _)| n == "__main__.py") {
@@ -339,6 +426,10 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         collect,
         limits,
         warm: req.warm,
+        session: match req.session {
+            Some(s) => Some((s.step_mount()?, s.host_id)),
+            None => None,
+        },
     })
 }
 

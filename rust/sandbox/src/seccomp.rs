@@ -2083,3 +2083,47 @@ raise SystemExit(42)  # proves the script ran to the end
         assert_eq!(out.exit_code(), 42);
     }
 }
+
+/// The policy in words, for other enforcers (the nsjail backend compiles it to Kafel).
+#[derive(Debug, Clone, Default)]
+pub struct PolicyDescription {
+    /// Allowed whatever the arguments.
+    pub allow: Vec<&'static str>,
+    /// Refused with `EPERM`.
+    pub deny: Vec<&'static str>,
+    /// Refused with `ENOSYS` without a report (`clone3`).
+    pub enosys: Vec<&'static str>,
+    /// `clone` flags that are refused (`EPERM`).
+    pub clone_refused_flags: u32,
+    /// `socket`/`socketpair` domains that are allowed (others: `EAFNOSUPPORT`).
+    pub socket_domains: Vec<u32>,
+    /// `ioctl` requests that are refused (`EPERM`).
+    pub refused_ioctls: Vec<u32>,
+    /// `personality` values that are allowed (others: `EPERM`).
+    pub personalities: Vec<u32>,
+}
+
+/// Describes the policy [`Filter::compile`] enforces.
+pub fn describe(policy: &Policy) -> PolicyDescription {
+    let name = |nr: u32| syscall_name(nr as i64);
+    let mut d = PolicyDescription {
+        clone_refused_flags: CLONE_NAMESPACE_FLAGS,
+        socket_domains: LOCAL_DOMAINS.to_vec(),
+        refused_ioctls: REFUSED_IOCTLS.to_vec(),
+        personalities: QUERY_PERSONAS.to_vec(),
+        ..Default::default()
+    };
+    if policy.allow_network {
+        d.socket_domains.extend_from_slice(NETWORK_DOMAINS);
+    }
+    for (nr, leaf) in rules() {
+        let Some(n) = name(nr) else { continue };
+        match leaf {
+            Leaf::Ret(RET_ALLOW) => d.allow.push(n),
+            Leaf::Ret(RET_NOTIFY) => d.deny.push(n),
+            Leaf::Ret(_) => d.enosys.push(n),
+            _ => {}
+        }
+    }
+    d
+}

@@ -172,6 +172,8 @@ pub struct ChildPlan<'a> {
     /// gets no seccomp filter, and its `/proc` stays fully visible (so that its children can
     /// mount their own).
     pub zygote_control: RawFd,
+    /// `-1`, or a detached mount to attach at `/work` instead of the run tmpfs's `work/`.
+    pub work_mount_fd: RawFd,
 }
 
 const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
@@ -282,8 +284,35 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                 MOVE_MOUNT_F_EMPTY_PATH
             )
         );
+        if p.work_mount_fd >= 0 {
+            // A session's persistent work dir (an overlay the parent built).
+            step!(
+                p,
+                Step::BindWork,
+                syscall5(
+                    libc::SYS_move_mount,
+                    p.work_mount_fd as usize,
+                    EMPTY.as_ptr() as usize,
+                    libc::AT_FDCWD as usize,
+                    paths.work.as_ptr() as usize,
+                    MOVE_MOUNT_F_EMPTY_PATH
+                )
+            );
+        } else {
+            step!(
+                p,
+                Step::BindWork,
+                syscall5(
+                    libc::SYS_mount,
+                    paths.run_work.as_ptr() as usize,
+                    paths.work.as_ptr() as usize,
+                    0,
+                    libc::MS_BIND as usize,
+                    0
+                )
+            );
+        }
         for (src, dst, s) in [
-            (&paths.run_work, &paths.work, Step::BindWork),
             (&paths.run_tmp, &paths.tmp, Step::BindTmp),
             (&paths.run_shm, &paths.shm, Step::BindShm),
         ] {

@@ -133,6 +133,7 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
         rlimits: &rlimits,
         id_map: format!("0 {} 1\n{BOX_ID} {} 1\n", slot.zygote_host_id, slot.host_id),
         zygote_control: Some(ctl_child.as_fd()),
+        work_mount: None,
     };
     let fds = ChildFds {
         run_mount: runfs.mount.as_fd(),

@@ -286,3 +286,46 @@ fn bad_requests_are_rejected() {
     r.cwd = Some("../up".into());
     bad(r, "cwd");
 }
+
+#[test]
+fn sessions_persist_reset_and_branch() {
+    let sb = sandbox();
+    let files = vec![("init.txt".to_string(), b"v0".to_vec())];
+    let s = sb.session(files, 8 << 20).unwrap();
+    let step = |script: &str| {
+        let mut req = sh(script);
+        req.session = Some(s.clone());
+        let r = sb.run(req).unwrap();
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        String::from_utf8(r.stdout).unwrap()
+    };
+    assert_eq!(step("cat init.txt; echo one > a.txt"), "v0");
+    assert_eq!(step("cat a.txt; echo v1 > init.txt"), "one\n");
+    let snap = s.snapshot().unwrap();
+    assert_eq!(step("cat init.txt; rm a.txt; echo two > b.txt"), "v1\n");
+    s.reset().unwrap();
+    assert_eq!(
+        step("ls"),
+        "a.txt\ninit.txt\n",
+        "reset returns to the snapshot"
+    );
+    s.restore(&snap).unwrap();
+    assert_eq!(step("cat a.txt init.txt"), "one\nv1\n");
+    // Another session sees none of it; a plain run neither.
+    let other = sb.session(vec![], 1 << 20).unwrap();
+    let mut req = sh("ls -A");
+    req.session = Some(other.clone());
+    assert_eq!(sb.run(req).unwrap().stdout, b"");
+    assert_eq!(sb.run(sh("ls -A")).unwrap().stdout, b"");
+    // Collect from the session.
+    let mut req = sh("echo out > o.txt");
+    req.session = Some(s.clone());
+    req.collect = vec!["o.txt".into(), "init.txt".into()];
+    let r = sb.run(req).unwrap();
+    assert_eq!(r.files.len(), 2, "{r:?}");
+    s.close();
+    other.close();
+    let mut req = sh("true");
+    req.session = Some(s.clone());
+    assert!(matches!(sb.run(req), Err(Error::Closed)));
+}
