@@ -145,7 +145,7 @@ class Sandbox:
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
         if max_concurrency is None:
-            max_concurrency = max(4, 2 * (os.cpu_count() or 1))
+            max_concurrency = min(4096, max(8, 8 * (os.cpu_count() or 1)))
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
             raise TypeError("max_concurrency must be an int")
         if not 1 <= max_concurrency <= 4096:

@@ -358,6 +358,18 @@ pub(crate) fn clone_box(
     (status_r, status_w): (BorrowedFd<'_>, OwnedFd),
 ) -> RunResult<std::result::Result<(libc::pid_t, OwnedFd), i32>> {
     let (sync_r, sync_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+    // The warm interpreter's control socket becomes fd 3: the status pipe must not be there.
+    let status_w = if spec.zygote_control.is_some() && status_w.as_raw_fd() <= 3 {
+        // SAFETY: F_DUPFD_CLOEXEC on a valid fd returns a new fd we own.
+        let fd = unsafe { libc::fcntl(status_w.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+        if fd < 0 {
+            return Err(format!("fcntl: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: fresh fd.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    } else {
+        status_w
+    };
     let argv_ptrs = spawn::ptr_array(spec.argv);
     let env_ptrs = spawn::ptr_array(spec.env);
     let plan = ChildPlan {

@@ -432,6 +432,9 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                 syscall3(libc::SYS_dup3, fd as usize, target, 0)
             );
         }
+        // Close (not only mark close-on-exec) every other inherited fd: the host may hold more
+        // fds than the box's RLIMIT_NOFILE, and the seccomp listener needs a low free number.
+        close_all_but([p.status_write, p.listener_sock, p.zygote_control]);
         for (res, lim) in p.rlimits {
             step!(
                 p,
@@ -618,6 +621,33 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         }
         report(p.status_write, Step::Exec, err)
     }
+}
+
+/// Closes every fd from 3 up except the (at most three) given ones; negative entries are
+/// ignored. Async-signal-safe: no allocation, raw `close_range` calls.
+fn close_all_but(mut keep: [RawFd; 3]) {
+    // Sort the three by hand (no allocation).
+    for i in 0..3 {
+        for j in i + 1..3 {
+            if keep[j] < keep[i] {
+                keep.swap(i, j);
+            }
+        }
+    }
+    let mut from: u32 = 3;
+    for k in keep {
+        if k < 3 {
+            continue;
+        }
+        let k = k as u32;
+        if k > from {
+            // SAFETY: close_range on our own fd table; no memory is passed.
+            unsafe { syscall3(libc::SYS_close_range, from as usize, (k - 1) as usize, 0) };
+        }
+        from = k + 1;
+    }
+    // SAFETY: as above.
+    unsafe { syscall3(libc::SYS_close_range, from as usize, u32::MAX as usize, 0) };
 }
 
 #[repr(C)]
