@@ -16,7 +16,7 @@ import json
 
 __all__ = ["bootstrap_argv"]
 
-_SOURCE = r'''
+_SOURCE = r"""
 import os, sys
 
 def _agentrl_zygote(core_path, preimports):
@@ -106,7 +106,7 @@ def _agentrl_run(env):
     os._exit(code)
 
 _agentrl_zygote(CORE_PATH, PREIMPORTS)
-'''
+"""
 
 
 def bootstrap_argv(python: str, core_path: str, preimports: tuple[str, ...]) -> list[str]:

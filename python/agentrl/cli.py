@@ -23,7 +23,6 @@ per-run latency with a bare process and bubblewrap when it is installed.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 
@@ -80,7 +79,9 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
     argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
     if not argv:
-        print("agentrl run: no command given (use: agentrl run [options] -- CMD ...)", file=sys.stderr)
+        print(
+            "agentrl run: no command given (use: agentrl run [options] -- CMD ...)", file=sys.stderr
+        )
         return 2
     try:
         limits = Limits(

@@ -93,7 +93,9 @@ def run_demo() -> int:
             if bwrap:
                 cmd = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
                 cmd += ["--tmpfs", "/tmp", "--unshare-all", "--die-with-parent", "/bin/true"]
-                rows.append(("bubblewrap --unshare-all", _median_ms(lambda: subprocess.run(cmd), n)))
+                rows.append(
+                    ("bubblewrap --unshare-all", _median_ms(lambda: subprocess.run(cmd), n))
+                )
             print(f"/bin/true, median of {n} runs (subprocess rows include Python's spawn cost)")
             for label, ms in rows:
                 print(f"  {label:28} {ms:7.2f} ms")

@@ -46,7 +46,9 @@ class Limits:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise TypeError(f"Limits.{f.name} must be a number, got {type(v).__name__}")
                 if not math.isfinite(v) or v <= 0:
-                    raise ValueError(f"Limits.{f.name} must be a positive number of seconds, got {v}")
+                    raise ValueError(
+                        f"Limits.{f.name} must be a positive number of seconds, got {v}"
+                    )
                 if v > _MAX_SECONDS:
                     raise ValueError(f"Limits.{f.name} must be at most {_MAX_SECONDS} s, got {v}")
                 object.__setattr__(self, f.name, float(v))

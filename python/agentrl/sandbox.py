@@ -7,7 +7,6 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 from agentrl import _core
 from agentrl._warm import bootstrap_argv
@@ -17,7 +16,7 @@ from agentrl.session import Session
 
 __all__ = ["Bind", "Sandbox"]
 
-StrOrBytesPath = Union[str, bytes, os.PathLike]
+StrOrBytesPath = str | bytes | os.PathLike
 
 CORE_MODULE_IN_BOX = "/.agentrl/_core.so"
 """Where the extension module is bound inside the box for the warm interpreter."""
@@ -66,7 +65,9 @@ def _bind_tuple(b: object) -> tuple[str, str, bool]:
         src, dst = os.fspath(b[0]), os.fspath(b[1])
         rw = bool(b[2]) if len(b) == 3 else False
     else:
-        raise TypeError(f"binds entries must be Bind, a path or (source, target[, writable]), got {b!r}")
+        raise TypeError(
+            f"binds entries must be Bind, a path or (source, target[, writable]), got {b!r}"
+        )
     if not isinstance(src, str) or not isinstance(dst, str):
         raise TypeError("bind paths must be str")
     if not os.path.isabs(dst):

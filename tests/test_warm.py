@@ -1,0 +1,200 @@
+"""The warm-interpreter fast path: same guarantees as a cold run, plus a clean state per run."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+import pytest
+from agentrl import Limits, Sandbox, SandboxError, Status
+from conftest import BOX_UID_BASE, SESSION_MARK, ZYGOTE_MARK, _cmdline, _status_ids, why
+
+
+@pytest.fixture(scope="module")
+def warm_sb():
+    limits = Limits(wall_time_s=5, cpu_time_s=3, memory_bytes=192 << 20, max_pids=32)
+    with Sandbox(
+        limits, env={"AGENTRL_TEST_MARK": SESSION_MARK}, max_concurrency=2, preimports=("decimal",)
+    ) as sb:
+        yield sb
+
+
+def test_runs_as_main_pid1_box_user(warm_sb: Sandbox) -> None:
+    r = warm_sb.run_python(
+        "import os, sys\n"
+        "print(__name__, __file__, os.getpid(), os.getuid(), os.getgid(), sys.argv)\n"
+        "print(sorted(os.listdir('/proc')) [:3])\n"
+    )
+    assert r.ok, why(r)
+    first = r.stdout.decode().splitlines()[0]
+    assert first == "__main__ /work/__main__.py 1 1000 1000 ['__main__.py']", why(r)
+
+
+def test_nothing_leaks_between_runs(warm_sb: Sandbox) -> None:
+    a = warm_sb.run_python(
+        "import os, sys, fractions, decimal, builtins\n"
+        "os.agentrl_marker = 1\n"
+        "builtins.len = lambda x: 42\n"
+        "decimal.getcontext().prec = 5\n"
+        "sys.path.append('/evil')\n"
+        "open('/work/left', 'w').write('x'); open('/tmp/left', 'w').write('x')\n"
+        "assert 'fractions' in sys.modules\n"
+    )
+    assert a.ok, why(a)
+    b = warm_sb.run_python(
+        "import os, sys, decimal\n"
+        "print('fractions' in sys.modules, hasattr(os, 'agentrl_marker'), len([1, 2]),\n"
+        "      decimal.getcontext().prec, '/evil' in sys.path,\n"
+        "      os.listdir('/work'), os.listdir('/tmp'))\n"
+    )
+    assert b.ok, why(b)
+    assert b.stdout.decode().strip() == "False False 2 28 False ['__main__.py'] []", why(b)
+
+
+def test_preimports_are_loaded(warm_sb: Sandbox) -> None:
+    r = warm_sb.run_python("import sys; print('decimal' in sys.modules)")
+    assert r.stdout == b"True\n", why(r)
+
+
+def test_exit_codes_exceptions_and_atexit(warm_sb: Sandbox) -> None:
+    r = warm_sb.run_python("import sys; sys.exit(3)")
+    assert (r.status, r.exit_code) == (Status.RUNTIME_ERROR, 3), why(r)
+    r = warm_sb.run_python("raise ValueError('boom')")
+    assert r.exit_code == 1 and b"ValueError: boom" in r.stderr and b"Traceback" in r.stderr
+    r = warm_sb.run_python("import atexit; atexit.register(print, 'bye'); print('hi')")
+    assert r.ok and r.stdout == b"hi\nbye\n", why(r)
+    # A real fault (the program is pid 1 of its namespace, so a signal it sends itself
+    # without a handler is ignored, as for any init; a fault is delivered).
+    r = warm_sb.run_python("import ctypes; ctypes.string_at(0)")
+    assert (r.status, r.signal) == (Status.SIGNALED, signal.SIGSEGV), why(r)
+    r = warm_sb.run_python(
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('late'))).start()"
+    )
+    assert r.ok and r.stdout == b"late\n", "non-daemon threads are joined as at exit: " + why(r)
+
+
+def test_io_env_and_files(warm_sb: Sandbox) -> None:
+    os.environ["AGENTRL_HOST_SECRET"] = "leak"
+    try:
+        r = warm_sb.run_python(
+            "import os, sys\n"
+            "data = sys.stdin.read()\n"
+            "open('out.txt', 'w').write(data.upper() + open('in/x.txt').read())\n"
+            "print(os.environ.get('AGENTRL_HOST_SECRET'), os.environ['MINE'], os.environ['HOME'])\n",
+            stdin="hello",
+            files={"in/x.txt": "!"},
+            collect=["out.txt"],
+            env={"MINE": "1"},
+        )
+    finally:
+        del os.environ["AGENTRL_HOST_SECRET"]
+    assert r.ok, why(r)
+    assert r.stdout == b"None 1 /work\n"
+    assert r.files == {"out.txt": b"HELLO!"}
+
+
+def test_limits_and_seccomp(warm_sb: Sandbox) -> None:
+    r = warm_sb.run_python("x = bytearray(512 << 20); x[::4096] = b'x' * len(x[::4096])")
+    assert r.status is Status.MEMORY_LIMIT, why(r)
+    r = warm_sb.run_python("while True: pass", limits=warm_sb.limits.replace(cpu_time_s=0.3))
+    assert (r.status, r.limit) == (Status.TIMEOUT, "cpu_time"), why(r)
+    r = warm_sb.run_python(
+        "import time; time.sleep(30)", limits=warm_sb.limits.replace(wall_time_s=0.3)
+    )
+    assert (r.status, r.limit) == (Status.TIMEOUT, "wall_time"), why(r)
+    r = warm_sb.run_python(
+        "import ctypes, errno\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.ptrace(16, 1, 0, 0) == -1 and ctypes.get_errno() == errno.EPERM\n"
+        "import socket\n"
+        "try:\n    socket.socket()\nexcept OSError as e:\n    print(e.errno)\n"
+    )
+    assert r.ok and r.stdout == b"97\n", why(r)
+    assert "ptrace" in r.denied_syscalls and "socket" in r.denied_syscalls
+
+
+def test_the_run_cannot_see_or_signal_its_interpreter(warm_sb: Sandbox) -> None:
+    r = warm_sb.run_python(
+        "import os, signal\n"
+        "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "print(pids)\n"
+        "for p in range(2, 50):\n"
+        "    try:\n        os.kill(p, signal.SIGKILL)\n    except ProcessLookupError:\n        pass\n"
+        "os.kill(-1, signal.SIGKILL)\n"
+    )
+    assert r.stdout.startswith(b"['1']"), why(r)
+    assert warm_sb.run_python("print(1)").ok, "the interpreter survived"
+
+
+def _zygotes() -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        ids = _status_ids(p)
+        if (
+            ids
+            and BOX_UID_BASE <= ids[0][0] < BOX_UID_BASE + 4096
+            and ZYGOTE_MARK in _cmdline(int(p))
+        ):
+            found.append(int(p))
+    return found
+
+
+def test_a_killed_interpreter_is_replaced() -> None:
+    with Sandbox(max_concurrency=1) as sb:
+        assert sb.run_python("print(1)").ok
+        result = {}
+        t = threading.Thread(
+            target=lambda: result.setdefault("r", sb.run_python("import time; time.sleep(3)"))
+        )
+        t.start()
+        time.sleep(0.5)
+        mine = [p for p in _zygotes() if os.getppid() != p]
+        assert mine, "no warm interpreter found on the host"
+        for p in mine:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+        t.join(10)
+        r = result["r"]
+        assert r.status is Status.SANDBOX_ERROR, "the run in flight gets sandbox_error: " + why(r)
+        again = sb.run_python("print('fresh')")
+        assert again.ok and again.stdout == b"fresh\n", why(again)
+
+
+def test_cold_and_warm_agree() -> None:
+    src = "import sys, os; print(sys.argv, os.getcwd(), sorted(os.listdir('.')), __name__)"
+    with Sandbox(warm=False) as cold, Sandbox() as warm:
+        a, b = cold.run_python(src), warm.run_python(src)
+    assert a.ok and b.ok and a.stdout == b.stdout, (why(a), why(b))
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="preimports"):
+        Sandbox(preimports=("os; import evil",))
+    with pytest.raises(TypeError):
+        Sandbox(preimports="json")
+    with pytest.raises(ValueError, match="python"):
+        Sandbox(python="/nonexistent/python3")
+    with Sandbox() as sb:
+        with pytest.raises(ValueError, match="__main__"):
+            sb.run_python("print(1)", files={"__main__.py": "x"})
+        with pytest.raises(TypeError):
+            sb.run_python(b"print(1)")  # type: ignore[arg-type]
+
+
+def test_broken_preimport_is_a_clear_error() -> None:
+    with Sandbox(preimports=("agentrl_no_such_module",)) as sb:
+        r = sb.run_python("print(1)")
+    assert r.status is Status.SANDBOX_ERROR and "agentrl_no_such_module" in (r.error or ""), why(r)
+
+
+def test_closed_sandbox_raises() -> None:
+    sb = Sandbox()
+    sb.close()
+    with pytest.raises(SandboxError):
+        sb.run_python("print(1)")
