@@ -286,6 +286,8 @@ enum Entry {
 #[derive(Debug, Clone)]
 pub struct Layout {
     entries: Vec<Entry>,
+    /// The extension module's bytes, for the warm interpreter (read once per sandbox).
+    core_module: Option<std::sync::Arc<Vec<u8>>>,
     etc_files: Vec<(PathBuf, EtcItem)>,
     network: bool,
 }
@@ -397,14 +399,6 @@ impl Layout {
                 is_dir: meta.is_dir(),
             });
         }
-        if let Some(w) = &config.warm {
-            entries.push(Entry::Bind {
-                source: w.core_module.clone(),
-                target: PathBuf::from(crate::zygote::CORE_MODULE_IN_BOX),
-                writable: false,
-                is_dir: false,
-            });
-        }
         for d in DEVICES {
             let p = PathBuf::from(format!("/dev/{d}"));
             if !p.exists() {
@@ -431,8 +425,20 @@ impl Layout {
                 &mut etc_files,
             );
         }
+        let core_module = match &config.warm {
+            Some(w) => Some(std::sync::Arc::new(std::fs::read(&w.core_module).map_err(
+                |e| {
+                    Error::setup_io(
+                        format!("reading the extension module {}", w.core_module.display()),
+                        e,
+                    )
+                },
+            )?)),
+            None => None,
+        };
         Ok(Layout {
             entries,
+            core_module,
             etc_files,
             network: config.network,
         })
@@ -512,8 +518,14 @@ impl Template {
             }
         }
         // 2. The skeleton tmpfs.
+        let size_mb = 16
+            + layout
+                .core_module
+                .as_ref()
+                .map(|m| m.len() >> 20)
+                .unwrap_or(0);
         let root = new_tmpfs(
-            &[("size", "16m".into()), ("mode", "0755".into())],
+            &[("size", format!("{size_mb}m")), ("mode", "0755".into())],
             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         )
         .map_err(err(
@@ -587,6 +599,14 @@ impl Template {
             if let Ok(h) = std::fs::read("/etc/hosts") {
                 generated.push(("etc/hosts", h));
             }
+        }
+        // The warm interpreter's copy of the extension module (copied, not bound: a bind would
+        // show its host path in the box's mountinfo).
+        if let Some(module) = &layout.core_module {
+            let rel_path = rel(Path::new(crate::zygote::CORE_MODULE_IN_BOX));
+            make_parents(d, rel_path).map_err(err("creating /.agentrl".into()))?;
+            write_file_at(d, rel_path, module, 0o755)
+                .map_err(err("copying the extension module".into()))?;
         }
         for (name, data) in generated {
             write_file_at(d, name.as_bytes(), &data, 0o644)

@@ -294,7 +294,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
-        .sample_size(10);
+        .sample_size(20);
     targets = queues, pools
 }
 criterion_main!(benches);

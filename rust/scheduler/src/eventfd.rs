@@ -17,9 +17,8 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
     }
 
     pub(crate) fn raw(&self) -> RawFd {

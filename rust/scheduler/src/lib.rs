@@ -99,7 +99,7 @@
 //!
 //! ## Idle workers (no busy loop)
 //!
-//! A worker that finds every lane empty spins ~40 iterations, yields twice,
+//! A worker that finds every lane empty spins 40 iterations, yields 8 times,
 //! then parks on a condvar. Submitters wake it through a waiter count:
 //! `push; fence(SeqCst); if waiters > 0 { lock; notify }` against the
 //! worker's `lock; waiters += 1; fence(SeqCst); re-check lanes; wait`. Either

@@ -39,7 +39,9 @@ pub trait Executor: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backpressure {
     /// Wait up to this long (per `submit` / `submit_many` call) for a slot,
-    /// then fail with [`RejectReason::Full`].
+    /// then fail with [`RejectReason::Full`]. Slots are freed by draining
+    /// results, so a thread that is also the only consumer should not block
+    /// for long (an asyncio loop should use [`Backpressure::Error`]).
     Block(Duration),
     /// Fail at once with [`RejectReason::Full`].
     Error,
@@ -341,12 +343,16 @@ impl<E: Executor> Pool<E> {
         };
         for w in 0..workers {
             let shared = pool.shared.clone();
+            // Counted before the thread runs so that `workers_alive` is
+            // exact as soon as `new` returns; the thread decrements on exit.
+            pool.shared.alive.fetch_add(1, Ordering::SeqCst);
             let handle = thread::Builder::new()
                 .name(format!("{}-{w}", config.thread_name))
                 .spawn(move || worker_main(&shared, w));
             match handle {
                 Ok(h) => pool.lock_handles().push(h),
                 Err(e) => {
+                    pool.shared.alive.fetch_sub(1, Ordering::SeqCst);
                     pool.close(false);
                     return Err(e);
                 }
@@ -540,9 +546,12 @@ impl<E: Executor> Pool<E> {
     }
 
     /// Cancels every queued or running job of `group` (as [`cancel`]).
-    /// Returns how many jobs this call cancelled. Scans all slots:
-    /// O(capacity), about a microsecond per thousand slots. Jobs submitted to
-    /// the group concurrently with this call may escape it.
+    /// Returns how many jobs this call cancelled. Scans all slots twice
+    /// (queued jobs first, then running ones): O(capacity), a few
+    /// microseconds per thousand slots. A queued job of the group that a
+    /// worker starts during the scan is cancelled while running unless it
+    /// has already finished; jobs submitted to the group concurrently with
+    /// this call may escape it.
     ///
     /// [`cancel`]: Self::cancel
     pub fn cancel_group(&self, group: u64) -> usize {
@@ -834,7 +843,6 @@ fn spin_for_work<E: Executor>(s: &Shared<E>) -> bool {
 }
 
 fn worker_main<E: Executor>(s: &Shared<E>, w: usize) {
-    s.alive.fetch_add(1, Ordering::SeqCst);
     // The executor's panics are caught per attempt; this outer guard keeps
     // the thread (and so the pool size) even if a panic escapes elsewhere
     // (e.g. from a payload's Drop). The job involved still gets a result:

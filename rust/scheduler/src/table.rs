@@ -410,21 +410,31 @@ impl<J, R> Table<J, R> {
 
     /// Cancels every queued or running job whose group satisfies `pred`.
     /// Returns `(queued, running)` counts of jobs this call cancelled.
-    /// O(capacity); jobs submitted concurrently may or may not be included.
+    ///
+    /// Two passes over the slots, O(capacity): queued jobs first, then
+    /// running ones, so a worker freed by killing a running job cannot start
+    /// a queued job of the group before the scan reaches it. A job that
+    /// starts during the first pass is caught by the second unless it has
+    /// already finished; jobs submitted concurrently may escape.
     pub fn cancel_where(&self, mut pred: impl FnMut(u64) -> bool) -> (usize, usize) {
         let (mut queued, mut running) = (0, 0);
-        for (idx, slot) in self.slots.iter().enumerate() {
-            let cur = slot.sync.state.load(Ordering::Acquire);
-            let flags = cur & FLAGS;
-            let live =
-                flags == IN_LANE || (flags & RUNNING != 0 && flags & (CANCEL_REQ | FINISHING) == 0);
-            if !live || !pred(slot.sync.group.load(Ordering::Relaxed)) {
-                continue;
-            }
-            match self.cancel(JobId((cur & GEN) | idx as u64)) {
-                Cancel::Queued => queued += 1,
-                Cancel::Running => running += 1,
-                Cancel::No => {}
+        for pass_running in [false, true] {
+            for (idx, slot) in self.slots.iter().enumerate() {
+                let cur = slot.sync.state.load(Ordering::Acquire);
+                let flags = cur & FLAGS;
+                let candidate = if pass_running {
+                    flags & RUNNING != 0 && flags & (CANCEL_REQ | FINISHING) == 0
+                } else {
+                    flags == IN_LANE
+                };
+                if !candidate || !pred(slot.sync.group.load(Ordering::Relaxed)) {
+                    continue;
+                }
+                match self.cancel(JobId((cur & GEN) | idx as u64)) {
+                    Cancel::Queued => queued += 1,
+                    Cancel::Running => running += 1,
+                    Cancel::No => {}
+                }
             }
         }
         (queued, running)

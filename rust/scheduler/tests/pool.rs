@@ -43,11 +43,32 @@ fn pool(workers: usize, capacity: usize) -> Pool<Closures> {
 
 const T: Duration = Duration::from_secs(10);
 
-/// A latch: `wait` blocks until `open`.
+/// A latch: `wait` blocks until `open`. Opens itself when the test's handle
+/// is dropped (e.g. by a failing assertion), so that the pool's `Drop` does
+/// not wait forever on a worker stuck behind it.
 #[derive(Default)]
 struct Gate {
     open: Mutex<bool>,
     cv: Condvar,
+}
+
+struct GateHandle(Arc<Gate>);
+
+impl Drop for GateHandle {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+impl std::ops::Deref for GateHandle {
+    type Target = Arc<Gate>;
+    fn deref(&self) -> &Arc<Gate> {
+        &self.0
+    }
+}
+
+fn gate() -> GateHandle {
+    GateHandle(Arc::new(Gate::default()))
 }
 
 impl Gate {
@@ -110,7 +131,7 @@ fn completes_and_reports_through_wait_result() {
 #[test]
 fn priorities_then_fifo() {
     let p = pool(1, 64);
-    let gate = Arc::new(Gate::default());
+    let gate = gate();
     block_worker(&p, &gate);
     let order = Arc::new(Mutex::new(Vec::new()));
     let prios = [0, 5, -1, 2, 0, 2, i32::MIN, MAX_PRIORITY, 1];
@@ -134,7 +155,7 @@ fn priorities_then_fifo() {
 #[test]
 fn cancel_queued_never_runs() {
     let p = pool(1, 16);
-    let gate = Arc::new(Gate::default());
+    let gate = gate();
     let blocker = block_worker(&p, &gate);
     let ran = Arc::new(AtomicBool::new(false));
     let r = ran.clone();
@@ -225,7 +246,7 @@ fn hook_registered_after_cancel_runs_immediately_and_guard_unregisters() {
 #[test]
 fn cancel_group_hits_queued_and_running() {
     let p = pool(2, 64);
-    let gate = Arc::new(Gate::default());
+    let gate = gate();
     // One running job of group 7 that waits for its kill hook.
     let started = Arc::new(AtomicBool::new(false));
     let s = started.clone();
@@ -269,7 +290,7 @@ fn cancel_group_hits_queued_and_running() {
 #[test]
 fn deadline_expires_before_start() {
     let p = pool(1, 16);
-    let gate = Arc::new(Gate::default());
+    let gate = gate();
     block_worker(&p, &gate);
     let ran = Arc::new(AtomicBool::new(false));
     let r = ran.clone();
@@ -395,7 +416,7 @@ fn backpressure_error_and_block() {
         },
     )
     .unwrap();
-    let gate = Arc::new(Gate::default());
+    let gate = gate();
     block_worker(&p, &gate);
     let queued = p.submit(job(|_| Ok(1))).unwrap();
     let err = p.submit(job(|_| Ok(2))).unwrap_err();
@@ -462,7 +483,7 @@ fn submit_many_partial_and_close() {
         },
     )
     .unwrap();
-    let gate = Arc::new(Gate::default());
+    let gate = gate();
     block_worker(&p, &gate);
     let batch: Vec<_> = (0..6u64).map(|i| job(move |_| Ok(i))).collect();
     let err = p.submit_many(batch).unwrap_err();
