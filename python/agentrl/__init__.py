@@ -7,6 +7,16 @@ namespaces, seccomp-bpf, cgroups and rlimits, from a Rust core.
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError, SandboxError
 from agentrl.limits import Limits
+from agentrl.pool import (
+    JobExpired,
+    JobFailed,
+    JobOutcome,
+    JobStatus,
+    PoolClosed,
+    PoolFull,
+    PoolFuture,
+    SandboxPool,
+)
 from agentrl.result import ExecResult, Status
 from agentrl.sandbox import Bind, Sandbox
 from agentrl.session import Session, Snapshot
@@ -15,9 +25,17 @@ __all__ = [
     "AgentRLError",
     "Bind",
     "ExecResult",
+    "JobExpired",
+    "JobFailed",
+    "JobOutcome",
+    "JobStatus",
     "Limits",
+    "PoolClosed",
+    "PoolFull",
+    "PoolFuture",
     "Sandbox",
     "SandboxError",
+    "SandboxPool",
     "Session",
     "Snapshot",
     "Status",

@@ -20,6 +20,8 @@ _SOURCE = r"""
 import os, sys
 
 def _agentrl_zygote(core_path, preimports):
+    with open("/proc/self/comm", "w") as f:
+        f.write("agentrl-warm")
     base = set(sys.modules)
     from importlib.util import module_from_spec, spec_from_file_location
     spec = spec_from_file_location("_core", core_path)
@@ -34,10 +36,9 @@ def _agentrl_zygote(core_path, preimports):
     ctl = 3
     core._zygote_send(ctl, b"R", [])
     while True:
-        msg = core._zygote_recv(ctl)
-        if msg is None:
+        fds = core._zygote_recv(ctl)
+        if fds is None:
             os._exit(0)
-        payload, fds = msg
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -49,11 +50,12 @@ def _agentrl_zygote(core_path, preimports):
             core._zygote_send(ctl, b"E" + str(e).encode(), [])
             continue
         if pid == 0:
-            env = core._zygote_child(payload, fds)
+            env = core._zygote_child(fds)
             for name in list(sys.modules):
                 if name not in allowed:
                     del sys.modules[name]
             _agentrl_run(env)
+        core._zygote_forget()
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)

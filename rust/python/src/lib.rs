@@ -4,7 +4,7 @@
 //! maps errors through [`to_py`] into one exception tree rooted at `AgentRLError`. The Python
 //! package (`python/agentrl`) wraps these handles with validation, docs and asyncio support.
 
-use std::os::fd::{BorrowedFd, IntoRawFd};
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -14,6 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use agentrl_sandbox as sb;
+
+mod pool;
 
 create_exception!(
     _core,
@@ -129,6 +131,7 @@ impl PySandbox {
             limits: limits.map(limits_from),
             cwd,
             env,
+            cancel: None,
         };
         let inner = self.inner.clone();
         let r = py.detach(move || inner.run(req)).map_err(to_py)?;
@@ -248,19 +251,19 @@ fn _zygote_init() {
     sb::zygote::interpreter_init();
 }
 
-/// Receives one request: `(payload, fds)`, or None at end of file.
+/// Receives one request and returns its fds (None at end of file); the payload stays in
+/// Rust memory, wiped by `_zygote_forget` once the run is forked.
 #[pyfunction]
-fn _zygote_recv(py: Python<'_>, fd: i32) -> PyResult<Option<(Bound<'_, PyBytes>, Vec<i32>)>> {
+fn _zygote_recv(py: Python<'_>, fd: i32) -> PyResult<Option<Vec<i32>>> {
     let sock = borrow(fd)?;
-    let msg = py
-        .detach(|| sb::fdpass::recv(sock, None))
-        .map_err(|e| SandboxError::new_err(e.to_string()))?;
-    Ok(msg.map(|(data, fds)| {
-        (
-            PyBytes::new(py, &data),
-            fds.into_iter().map(|f| f.into_raw_fd()).collect(),
-        )
-    }))
+    py.detach(|| sb::zygote::receive_request(sock))
+        .map_err(|e| SandboxError::new_err(e.to_string()))
+}
+
+/// Wipes the request (in the interpreter, after the fork).
+#[pyfunction]
+fn _zygote_forget() {
+    sb::zygote::forget_request();
 }
 
 /// Sends one message with fds.
@@ -281,8 +284,8 @@ fn _zygote_unshare_pid() -> PyResult<()> {
 
 /// In the forked child: isolates it and returns the environment to install (exits on failure).
 #[pyfunction]
-fn _zygote_child(payload: &[u8], fds: Vec<i32>) -> Vec<(String, String)> {
-    sb::zygote::child_setup(payload, &fds)
+fn _zygote_child(fds: Vec<i32>) -> Vec<(String, String)> {
+    sb::zygote::child_setup_pending(&fds)
 }
 
 /// The seccomp policy in words (for the nsjail backend): a dict of lists.
@@ -307,9 +310,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySandbox>()?;
     m.add_class::<PySession>()?;
     m.add_class::<PySnapshot>()?;
+    pool::register(m)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_recv, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_forget, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_unshare_pid, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_child, m)?)?;

@@ -111,6 +111,9 @@ pub struct RunRequest {
     pub warm: bool,
     /// Run as a step of this session: its persistent work dir replaces the fresh one.
     pub session: Option<crate::session::Session>,
+    /// Set it (from any thread) to stop the run: a queued run does not start, a live box is
+    /// killed within the watch loop's 10 ms poll; either way the verdict is `sandbox_error`.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Checks that `s` has no NUL byte and returns it as a C string.

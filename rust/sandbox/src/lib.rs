@@ -33,6 +33,7 @@ pub mod cgroup;
 pub mod config;
 pub mod error;
 pub mod fdpass;
+pub mod ids;
 pub mod limits;
 pub mod mounts;
 pub mod net;

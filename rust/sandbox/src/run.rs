@@ -84,13 +84,16 @@ pub(crate) struct Live {
 pub(crate) enum Launch {
     Live(Live),
     /// The program could not be executed (no such file, not executable...).
-    ExecFailed(i32),
+    ExecFailed(Step, i32),
 }
 
 fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<ExecResult> {
     let l = &run.limits;
     if run.warm && shared.config.warm.is_none() {
         return Err("the warm interpreter is not configured for this sandbox".into());
+    }
+    if cancelled(run) {
+        return Err("the run was cancelled before it started".into());
     }
     if run.warm {
         zygote::ensure(shared, slot)?;
@@ -101,16 +104,11 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         .map(|(_, id)| *id)
         .unwrap_or(slot.host_id);
     let io = RunIo::new(run, host_id)?;
-    let baseline = if run.warm {
-        slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0)
-    } else {
-        0
-    };
+
     if let Some(cg) = &mut slot.cgroup {
-        // Extra pids: on cgroup v1 the slot thread is a member; the warm interpreter is one.
-        let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1))
-            + u64::from(slot.zygote.is_some());
-        cg.set_limits(Some(l.memory_bytes + baseline), Some(l.max_pids + extra))
+        // One extra pid on cgroup v1: the slot thread is a member (the warm interpreter is not).
+        let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1));
+        cg.set_limits(Some(l.memory_bytes), Some(l.max_pids + extra))
             .map_err(|e| format!("cgroup limits: {e}"))?;
         cg.prepare_run().map_err(|e| format!("cgroup reset: {e}"))?;
     }
@@ -163,16 +161,24 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
             }
             return Err(e);
         }
-        Ok(Launch::ExecFailed(errno)) => {
+        Ok(Launch::ExecFailed(step, errno)) => {
+            // The caller's mistake (no such program or directory), not the sandbox's.
             let err = std::io::Error::from_raw_os_error(errno);
             let mut r = ExecResult::sandbox_error("");
             r.status = Status::RuntimeError;
             r.error = None;
-            r.exit_code = Some(127);
-            r.stderr = format!(
-                "agentrl: cannot execute {}: {err}\n",
-                run.argv[0].to_string_lossy()
-            )
+            r.exit_code = Some(if step == Step::Exec { 127 } else { 126 });
+            r.stderr = if step == Step::Exec {
+                format!(
+                    "agentrl: cannot execute {}: {err}\n",
+                    run.argv[0].to_string_lossy()
+                )
+            } else {
+                format!(
+                    "agentrl: cannot enter the working directory {}: {err}\n",
+                    run.cwd.to_string_lossy()
+                )
+            }
             .into_bytes();
             return Ok(r);
         }
@@ -193,6 +199,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
             deadline: started + Duration::from_secs_f64(l.wall_time_s),
             cpu_limit_ns: (l.cpu_time_s * 1e9) as u64,
             cpu_time: &cpu_time,
+            cancel: run.cancel.as_deref(),
         },
         &mut out,
         &mut err,
@@ -209,6 +216,9 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         },
     };
     drop(sock_parent);
+    if w.killed == Some(Kill::Cancelled) {
+        return Err("the run was cancelled".into());
+    }
 
     let usage = match slot.cgroup.as_ref() {
         Some(cg) => Some(
@@ -228,7 +238,6 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     let peak = usage
         .as_ref()
         .and_then(|u| u.peak_memory_bytes)
-        .map(|p| p.saturating_sub(baseline))
         .or(Some(exit.rusage.ru_maxrss as u64 * 1024));
     let st = exit.wait_status;
     let (exit_code, signal) = if libc::WIFEXITED(st) {
@@ -282,6 +291,12 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     })
 }
 
+fn cancelled(run: &Prepared) -> bool {
+    run.cancel
+        .as_ref()
+        .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+}
+
 /// The status and the limit that decided it, in order of precedence.
 fn classify(
     oom: bool,
@@ -299,6 +314,8 @@ fn classify(
     };
     if oom {
         (Status::MemoryLimit, Some(LimitKind::Memory))
+    } else if killed == Some(Kill::Output) {
+        (Status::OutputLimit, Some(LimitKind::Output))
     } else if killed == Some(Kill::WallTime) {
         (Status::Timeout, Some(LimitKind::WallTime))
     } else if killed == Some(Kill::CpuTime)
@@ -349,14 +366,15 @@ pub(crate) struct BoxSpec<'a> {
 }
 
 /// Clones a new box in the slot and waits until it has exec'd. Returns `(pid, pidfd)` or
-/// `ExecFailed`; `Err` for set-up failures (the child is killed and reaped).
+/// the step (`Exec` or `Chdir`) and errno of a failure that is the caller's; `Err` for
+/// set-up failures (the child is killed and reaped).
 pub(crate) fn clone_box(
     shared: &Shared,
     slot: &Slot,
     spec: &BoxSpec<'_>,
     fds: &ChildFds<'_>,
     (status_r, status_w): (BorrowedFd<'_>, OwnedFd),
-) -> RunResult<std::result::Result<(libc::pid_t, OwnedFd), i32>> {
+) -> RunResult<std::result::Result<(libc::pid_t, OwnedFd), (Step, i32)>> {
     let (sync_r, sync_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
     // The warm interpreter's control socket becomes fd 3: the status pipe must not be there.
     let status_w = if spec.zygote_control.is_some() && status_w.as_raw_fd() <= 3 {
@@ -435,9 +453,9 @@ pub(crate) fn clone_box(
     match read_status(status_r, Duration::from_secs(30)) {
         Err(e) => Err(abort(e)),
         Ok(None) => Ok(Ok((pid, pidfd))),
-        Ok(Some((Step::Exec, errno))) => {
+        Ok(Some((step @ (Step::Exec | Step::Chdir), errno))) => {
             supervise::reap(pid);
-            Ok(Err(errno))
+            Ok(Err((step, errno)))
         }
         Ok(Some((step, errno))) => {
             supervise::reap(pid);
@@ -477,7 +495,7 @@ fn launch_cold(
         work_mount: run.session.as_ref().map(|(m, _)| m.as_fd()),
     };
     match clone_box(shared, slot, &spec, fds, status)? {
-        Err(errno) => Ok(Launch::ExecFailed(errno)),
+        Err((step, errno)) => Ok(Launch::ExecFailed(step, errno)),
         Ok((pid, pidfd)) => {
             let listener = receive_listener(sock_parent).inspect_err(|_| {
                 kill(pidfd.as_fd());

@@ -26,20 +26,13 @@ use crate::spawn::ChildStack;
 use crate::verdict::ExecResult;
 use crate::zygote::Zygote;
 
-/// Sessions' host ids start this far above the slots' (which use two per slot, at most 4096
-/// slots).
-const SESSION_ID_OFFSET: u32 = 0x0001_0000;
+/// Id blocks for slots, host-wide (two ids each).
+const MAX_SLOT_BLOCKS: u32 = 0x8000;
+/// Sessions' host ids start this far above the base, after every slot block.
+const SESSION_ID_OFFSET: u32 = 2 * MAX_SLOT_BLOCKS;
+/// Sessions alive at once, host-wide.
+const MAX_SESSIONS: u32 = 0x10000;
 
-fn session_host_id(base: u32, n: u32) -> Result<u32> {
-    if n >= 1 << 24 {
-        return Err(Error::setup(
-            "too many sessions for this sandbox's host id range",
-        ));
-    }
-    base.checked_add(SESSION_ID_OFFSET)
-        .and_then(|b| b.checked_add(n))
-        .ok_or_else(|| Error::invalid("host_id_base", "too large"))
-}
 /// A run, validated and converted to what the child needs.
 pub(crate) struct Prepared {
     pub argv: Vec<CString>,
@@ -54,6 +47,8 @@ pub(crate) struct Prepared {
     pub warm: bool,
     /// For a session step: the overlay to attach at `/work`, and the session's host id.
     pub session: Option<(OwnedFd, u32)>,
+    /// See [`RunRequest::cancel`].
+    pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 struct Reply {
@@ -78,7 +73,6 @@ pub(crate) struct Shared {
     pub config: SandboxConfig,
     /// The session manager, started with the first session.
     sessions: Mutex<Option<Arc<crate::session::Manager>>>,
-    session_ids: std::sync::atomic::AtomicU32,
     /// The base environment as C strings (for the warm interpreter).
     pub base_env: Vec<CString>,
     layout: Layout,
@@ -174,7 +168,6 @@ impl Sandbox {
             cap_last,
             base_env,
             sessions: Mutex::new(None),
-            session_ids: std::sync::atomic::AtomicU32::new(0),
         });
         start_slot(&shared)?;
         Ok(Sandbox { shared })
@@ -258,12 +251,15 @@ impl Sandbox {
                 }
             }
         };
-        let n = self
+        let claim = crate::ids::claim("session", MAX_SESSIONS)
+            .map_err(|e| Error::setup_io("claiming a host id for the session", e))?;
+        let host_id = self
             .shared
-            .session_ids
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let host_id = session_host_id(self.shared.config.host_id_base, n)?;
-        Session::create(manager, host_id, parsed, disk_bytes)
+            .config
+            .host_id_base
+            .checked_add(SESSION_ID_OFFSET + claim.index)
+            .ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
+        Session::create(manager, host_id, parsed, disk_bytes, claim)
     }
 
     /// Stops the slots after the queued runs finish, and removes the cgroups.
@@ -306,6 +302,16 @@ impl Sandbox {
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),
         );
+    }
+
+    /// Validates `req` as [`Sandbox::run`] does, without running it (a scheduler refuses a bad
+    /// request when it is submitted). A session's own checks are left to the run.
+    pub fn check(&self, req: &RunRequest) -> Result<()> {
+        let req = RunRequest {
+            session: None,
+            ..req.clone()
+        };
+        prepare(&self.shared.config, req).map(drop)
     }
 
     /// Number of slots alive.
@@ -426,6 +432,7 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         collect,
         limits,
         warm: req.warm,
+        cancel: req.cancel,
         session: match req.session {
             Some(s) => Some((s.step_mount()?, s.host_id)),
             None => None,
@@ -485,6 +492,7 @@ pub(crate) struct Slot {
     /// Host uid/gid of the slot's warm interpreter (root of its user namespace).
     pub zygote_host_id: u32,
     pub zygote: Option<Zygote>,
+    _ids: crate::ids::Claim,
     _template: Template,
 }
 
@@ -620,8 +628,12 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
     let paths = ChildPaths::new(&template.mountpoint);
     let stack =
         ChildStack::new(256 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;
-    // Two host ids per slot: the box user, and the slot's warm interpreter.
-    let host_id = (index as u32)
+    // Two host ids per slot: the box user, and the slot's warm interpreter; the block is
+    // claimed host-wide so that no other sandbox (of this or another process) uses it.
+    let claim = crate::ids::claim("slot", MAX_SLOT_BLOCKS)
+        .map_err(|e| Error::setup_io("claiming host ids for the slot", e))?;
+    let host_id = claim
+        .index
         .checked_mul(2)
         .and_then(|i| shared.config.host_id_base.checked_add(i))
         .filter(|i| i.checked_add(1).is_some())
@@ -633,6 +645,7 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         host_id,
         zygote_host_id: host_id + 1,
         zygote: None,
+        _ids: claim,
         _template: template,
     })
 }

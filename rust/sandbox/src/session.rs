@@ -242,6 +242,8 @@ pub struct Session {
     pub(crate) host_id: u32,
     manager: Arc<Manager>,
     layers: Arc<Mutex<Option<Layers>>>,
+    /// The host id stays claimed while any handle of the session lives.
+    _ids: Arc<crate::ids::Claim>,
 }
 
 impl std::fmt::Debug for Session {
@@ -262,6 +264,7 @@ impl Session {
         host_id: u32,
         files: Vec<(Vec<String>, Vec<u8>)>,
         disk_bytes: u64,
+        claim: crate::ids::Claim,
     ) -> Result<Session> {
         let layers = manager.call(move |st| -> io::Result<(u64, Layers)> {
             let id = st.next;
@@ -315,6 +318,7 @@ impl Session {
             host_id,
             manager,
             layers: Arc::new(Mutex::new(Some(layers))),
+            _ids: Arc::new(claim),
         })
     }
 

@@ -27,6 +27,13 @@ impl Capture {
         self.total > self.cap
     }
 
+    /// Past the cap, output is drained and discarded (a writer is never blocked), but only up
+    /// to four times the cap plus 1 MiB: beyond that the program is flooding, and the box is
+    /// stopped with `output_limit` instead of burning its whole time limit.
+    pub fn flooded(&self) -> bool {
+        self.total > self.cap.saturating_mul(4).saturating_add(1 << 20)
+    }
+
     /// Reads what is available; closes the fd at end of file.
     fn pump(&mut self, buf: &mut [u8]) {
         let Some(fd) = &self.fd else { return };
@@ -61,6 +68,10 @@ impl Capture {
 pub enum Kill {
     WallTime,
     CpuTime,
+    /// The run was cancelled (`RunRequest::cancel`).
+    Cancelled,
+    /// A stream went far past its cap (an endless flood): see [`Capture::flooded`].
+    Output,
 }
 
 /// What the watch loop saw.
@@ -79,6 +90,8 @@ pub struct Params<'a> {
     pub cpu_limit_ns: u64,
     /// Reads the box's CPU time so far; `None` where it cannot be read.
     pub cpu_time: &'a dyn Fn() -> Option<u64>,
+    /// Set by another thread to stop the run (see `RunRequest::cancel`).
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// Runs until the box's init process exits (its pidfd becomes readable), then drains the
@@ -104,8 +117,18 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
     let mut listener = p.listener;
     while !exited {
         let now = Instant::now();
+        if killed.is_none()
+            && p.cancel
+                .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            kill(p.pidfd);
+            killed = Some(Kill::Cancelled);
+        }
         if killed.is_none() {
-            if now >= p.deadline {
+            if out.flooded() || err.flooded() {
+                kill(p.pidfd);
+                killed = Some(Kill::Output);
+            } else if now >= p.deadline {
                 kill(p.pidfd);
                 killed = Some(Kill::WallTime);
             } else if let Some(ns) = (p.cpu_time)() {

@@ -56,9 +56,6 @@ pub struct Zygote {
     ctl: OwnedFd,
     /// Its stdout and stderr (a memfd), for error messages.
     log: OwnedFd,
-    /// Memory the interpreter itself holds in the slot cgroup (added to each run's limit and
-    /// subtracted from its peak).
-    pub baseline_memory: u64,
 }
 
 impl Drop for Zygote {
@@ -146,7 +143,7 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
     drop(ctl_child);
     let (pid, pidfd) = match launched {
         Ok(p) => p,
-        Err(errno) => {
+        Err((_, errno)) => {
             return Err(format!(
                 "starting the warm interpreter: cannot execute {}: {}",
                 warm.argv[0],
@@ -154,12 +151,11 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
             ))
         }
     };
-    let mut z = Zygote {
+    let z = Zygote {
         pid,
         pidfd,
         ctl,
         log,
-        baseline_memory: 0,
     };
     match fdpass::recv(z.ctl.as_fd(), Some(warm.start_timeout)) {
         Ok(Some((m, _))) if m == b"R" => {}
@@ -177,8 +173,19 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
             ));
         }
     }
+    // The interpreter lives outside the slot's cgroup (in the sandbox's own): a run that
+    // fills its cgroup (say, with tmpfs pages, which stay charged after it dies) must never
+    // leave the interpreter out of memory. Each run is moved into the slot's cgroup before
+    // its code starts.
     if let Some(cg) = &slot.cgroup {
-        z.baseline_memory = cg.sample_memory().unwrap_or(0);
+        for dir in cg.paths() {
+            let home = dir.parent().and_then(|p| p.parent()).unwrap_or(dir);
+            if let Err(e) = std::fs::write(home.join("cgroup.procs"), z.pid.to_string()) {
+                return Err(format!(
+                    "moving the warm interpreter out of the slot cgroup: {e}"
+                ));
+            }
+        }
     }
     Ok(z)
 }
@@ -208,6 +215,7 @@ pub(crate) fn launch(
     sock_parent: std::os::fd::BorrowedFd<'_>,
 ) -> RunResult<Launch> {
     let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+    let (go_r, go_w) = run::pipe().map_err(|e| format!("pipe: {e}"))?;
     let rlimits = crate::rlimit::for_limits(&prepared.limits, slot.cgroup.is_none());
     let payload = encode(
         shared.config.network,
@@ -222,10 +230,12 @@ pub(crate) fn launch(
         fds.stderr.as_raw_fd(),
         status_w.as_raw_fd(),
         fds.listener_sock.as_raw_fd(),
+        go_r.as_raw_fd(),
     ];
     fdpass::send(z.ctl.as_fd(), &payload, &send)
         .map_err(|e| format!("the warm interpreter is gone: {e}"))?;
     drop(status_w);
+    drop(go_r);
     let pidfd = match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
         Ok(Some((m, mut f))) if m == b"P" && f.len() == 1 => f.pop().expect("one fd"),
         Ok(Some((m, _))) if m.first() == Some(&b'E') => {
@@ -242,8 +252,32 @@ pub(crate) fn launch(
         }
         Err(e) => return Err(format!("the warm interpreter did not answer: {e}")),
     };
+    // Into the slot's cgroup, then let it run.
+    if let Some(cg) = &slot.cgroup {
+        let attached =
+            host_pid(pidfd.as_fd()).and_then(|pid| cg.attach(pid).map_err(|e| e.to_string()));
+        if let Err(e) = attached {
+            run::kill(pidfd.as_fd());
+            let _ = wait_exit(slot);
+            return Err(format!("moving the warm run into the slot cgroup: {e}"));
+        }
+    }
+    // SAFETY: writing one byte from a valid buffer to our pipe.
+    if unsafe { libc::write(go_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
+        run::kill(pidfd.as_fd());
+        let _ = wait_exit(slot);
+        return Err(format!(
+            "releasing the warm run: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    drop(go_w);
     match run::read_status(status_r, Duration::from_secs(30)) {
         Ok(None) => {}
+        Ok(Some((Step::Chdir, errno))) => {
+            let _ = wait_exit(slot);
+            return Ok(Launch::ExecFailed(Step::Chdir, errno));
+        }
         Ok(Some((step, errno))) => {
             let _ = wait_exit(slot);
             return Err(format!(
@@ -271,6 +305,17 @@ pub(crate) fn launch(
         reaper: run::Reaper::Zygote,
         listener,
     }))
+}
+
+/// The host pid of the process a pidfd refers to (from its fdinfo).
+fn host_pid(pidfd: std::os::fd::BorrowedFd<'_>) -> Result<libc::pid_t, String> {
+    let info = std::fs::read_to_string(format!("/proc/thread-self/fdinfo/{}", pidfd.as_raw_fd()))
+        .map_err(|e| format!("reading the pidfd's fdinfo: {e}"))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&p: &libc::pid_t| p > 0)
+        .ok_or_else(|| "the warm run exited before it started".to_string())
 }
 
 /// Receives the exit report of the run in flight from the warm interpreter.
@@ -404,6 +449,45 @@ pub fn interpreter_init() {
 /// The interpreter's own pid namespace (opened once).
 static OWN_PID_NS: OnceLock<std::io::Result<OwnedFd>> = OnceLock::new();
 
+/// The request being served (kept here, not in Python objects, so that it can be wiped
+/// before the next fork copies the interpreter's memory into another run).
+static REQUEST: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+/// Receives the next request on the control socket; keeps its payload for
+/// [`child_setup_pending`] and returns its fds, or `None` at end of file.
+pub fn receive_request(ctl: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Option<Vec<RawFd>>> {
+    use std::os::fd::IntoRawFd;
+    match fdpass::recv(ctl, None)? {
+        None => Ok(None),
+        Some((mut data, fds)) => {
+            let mut req = REQUEST.lock().unwrap_or_else(|e| e.into_inner());
+            wipe(&mut req);
+            req.extend_from_slice(&data);
+            wipe(&mut data);
+            Ok(Some(fds.into_iter().map(|f| f.into_raw_fd()).collect()))
+        }
+    }
+}
+
+/// Wipes the request (in the interpreter, once the run is forked).
+pub fn forget_request() {
+    wipe(&mut REQUEST.lock().unwrap_or_else(|e| e.into_inner()));
+}
+
+fn wipe(v: &mut Vec<u8>) {
+    for b in v.iter_mut() {
+        // SAFETY: writing a zero to a valid &mut u8; volatile so the wipe is not elided.
+        unsafe { std::ptr::write_volatile(b, 0) };
+    }
+    v.clear();
+}
+
+/// [`child_setup`] with the request received by [`receive_request`].
+pub fn child_setup_pending(fds: &[RawFd]) -> Vec<(String, String)> {
+    let payload = std::mem::take(&mut *REQUEST.lock().unwrap_or_else(|e| e.into_inner()));
+    child_setup(&payload, fds)
+}
+
 /// Makes the interpreter's next child the init of a new pid namespace. A process may unshare
 /// its children's pid namespace only while that is still its own, so it first goes back to
 /// its own (`setns`), then unshares afresh.
@@ -429,7 +513,9 @@ pub fn unshare_pid() -> std::io::Result<()> {
 /// In the forked child: builds the run's view and drops every privilege, exactly as a cold
 /// run does, then closes every fd but 0/1/2. `fds` are, in order: run tmpfs, stdin, stdout,
 /// stderr, status pipe, listener socket. Returns the environment to install; on failure it
-/// reports the step on the status pipe and exits with status 126.
+/// reports the step on the status pipe and exits with status 126. A seventh fd, the "go"
+/// pipe, is read once everything else is done: the supervisor writes to it after moving
+/// this process into the slot's cgroup.
 pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
     let status = fds.get(4).copied().unwrap_or(-1);
     let fail = |step: Step, errno: i32| -> ! {
@@ -450,7 +536,7 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
     let Some(req) = decode(payload) else {
         fail(Step::Sync, libc::EINVAL)
     };
-    if fds.len() != 6 {
+    if fds.len() != 7 {
         fail(Step::Sync, libc::EBADF);
     }
     let c = |s: &str| CString::new(s).expect("static path");
@@ -528,6 +614,15 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
             Step::RemountProcSys,
         );
         ok(libc::setsid(), Step::Setsid);
+        // The OOM killer must pick the run, never its interpreter: a run that fills its
+        // cgroup with tmpfs pages (which count to no process) would otherwise leave the
+        // interpreter as the largest process. Raising one's own score needs no privilege.
+        let adj = c("/proc/self/oom_score_adj");
+        let fd = libc::open(adj.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 || libc::write(fd, b"1000".as_ptr().cast(), 4) != 4 {
+            fail(Step::Setsid, last());
+        }
+        libc::close(fd);
         for (fd, target) in [(fds[1], 0), (fds[2], 1), (fds[3], 2)] {
             ok(libc::dup2(fd, target), Step::Stdio);
         }
@@ -550,6 +645,9 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
         ok(libc::setgroups(0, std::ptr::null()), Step::Setgroups);
         ok(libc::setresgid(BOX_ID, BOX_ID, BOX_ID), Step::Setgid);
         ok(libc::setresuid(BOX_ID, BOX_ID, BOX_ID), Step::Setuid);
+        // Changing uid made the process non-dumpable (root-owned /proc/self files); an
+        // execve would have made it dumpable again, as a cold run is.
+        ok(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0), Step::Setuid);
         let header = [0x2008_0522u32, 0];
         let data = [0u32; 6];
         ok(
@@ -592,6 +690,11 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
             fail(Step::SendListener, last());
         }
         libc::close(listener);
+        // Wait until the supervisor has moved this process into the slot's cgroup.
+        let mut b = [0u8; 1];
+        if libc::read(fds[6], b.as_mut_ptr().cast(), 1) != 1 {
+            fail(Step::Sync, libc::EPIPE);
+        }
         // Nothing of the interpreter's stays open: not its control socket, not the request.
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }

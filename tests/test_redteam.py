@@ -1,0 +1,592 @@
+"""Red-team corpus: hostile programs run in the box, and the host checked afterwards."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import hashlib
+import json
+import os
+import secrets
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from agentrl import Sandbox, Status
+from conftest import (
+    DEFAULT_LIMITS,
+    assert_host_clean,
+    host_proc_count,
+    host_procs_of_box_uids,
+    out,
+    py,
+    wait_box_started,
+    wait_count_at_most,
+    why,
+)
+from hostile import (
+    CPU_PROCESSES,
+    CPU_THREADS,
+    CTYPES_PRELUDE,
+    FORK_UNTIL_EAGAIN,
+    IDENTITY,
+    INOTIFY_HOG,
+    INOTIFY_PROBE,
+    LEAVE_BEHIND,
+    LISTENER,
+    LOOK_BEHIND,
+    MEMORY_BOMBS,
+    MEMORY_SCAN,
+    PROBER,
+    SETUID_CMDS,
+    SYSCALLS,
+    UNDYING,
+)
+
+pytestmark = pytest.mark.usefixtures("clean_host")
+
+SHORT = DEFAULT_LIMITS.replace(wall_time_s=1.5)
+
+
+def sha(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# --- resource exhaustion --------------------------------------------------------------------
+
+
+def test_fork_bomb_is_contained(run_py):
+    baseline, peak, stop = host_proc_count(), [0], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], len(host_procs_of_box_uids()))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    src = "import os\nwhile True:\n    try: os.fork()\n    except OSError: pass"
+    try:
+        r = run_py(src, limits=SHORT.replace(max_pids=16, wall_time_s=2.0))
+    finally:
+        stop.set()
+        sampler.join()
+    assert r.status is Status.TIMEOUT and r.limit == "wall_time" and r.wall_time_s < 5, why(r)
+    assert 0 < peak[0] <= 16, f"{peak[0]} box processes alive at once with max_pids=16"
+    assert_host_clean()
+    # Other programs may run on the host meanwhile: a small tolerance for their processes.
+    assert wait_count_at_most(host_proc_count, baseline + 30) <= baseline + 30
+
+
+def test_fork_until_eagain_stops_at_max_pids(sb):
+    r = py(sb, FORK_UNTIL_EAGAIN, limits=SHORT.replace(max_pids=10))
+    n, err = out(r).split()
+    assert int(n) <= 9 and int(err) == errno.EAGAIN and r.limit == "pids", why(r)
+
+
+@pytest.mark.parametrize("kind", sorted(MEMORY_BOMBS))
+def test_memory_bomb(run_py, kind):
+    lim = SHORT.replace(wall_time_s=5.0, memory_bytes=128 << 20, tmpfs_bytes=512 << 20)
+    r = run_py(MEMORY_BOMBS[kind], limits=lim.replace(max_file_bytes=1 << 30))
+    if kind == "tmpfs":  # tmpfs pages count against the memory limit: killed or write fails
+        assert b"wrote" not in r.stdout, why(r)
+        assert r.status in (Status.MEMORY_LIMIT, Status.RUNTIME_ERROR), why(r)
+    else:
+        assert r.status is Status.MEMORY_LIMIT and r.limit == "memory", why(r)
+    assert r.peak_memory_bytes is None or r.peak_memory_bytes <= (129 << 20)
+
+
+def test_cpu_spin_threads_counted_together(sb):
+    # Two threads hash (hashlib releases the GIL); the main thread only waits, so if only it
+    # were counted the wall clock would fire instead.
+    r = py(sb, CPU_THREADS, limits=SHORT.replace(cpu_time_s=0.5, wall_time_s=5.0))
+    assert r.status is Status.TIMEOUT and r.limit == "cpu_time", why(r)
+    assert 0.5 <= r.cpu_time_s < 2.5 and r.wall_time_s < 4.0, why(r)
+
+
+def test_cpu_spread_over_processes_counted_together(sb):
+    # Four children burn 0.4 s each: no single process passes 1 s, the run does.
+    r = py(sb, CPU_PROCESSES, limits=SHORT.replace(cpu_time_s=1.0, wall_time_s=8.0))
+    assert r.status is Status.TIMEOUT and r.limit == "cpu_time", why(r)
+    assert b"all done" not in r.stdout
+
+
+@pytest.mark.parametrize("kind", sorted(UNDYING))
+def test_wall_clock_kills_everything(run_py, kind):
+    r = run_py(UNDYING[kind], limits=SHORT.replace(wall_time_s=1.0))
+    assert r.status is Status.TIMEOUT and r.limit == "wall_time", why(r)
+    assert 1.0 <= r.wall_time_s < 3.0, why(r)
+    assert_host_clean(timeout=0.5)
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+@pytest.mark.parametrize("endless", [False, True], ids=["50MiB", "endless"])
+def test_output_flood_is_capped(sb, stream, endless):
+    cap, loop = 64 << 10, "while True" if endless else "for _ in range(800)"
+    t0 = time.monotonic()
+    src = f"import sys\n{loop}:\n    sys.{stream}.buffer.write(b'A' * 65521)"
+    r = py(sb, src, limits=SHORT.replace(max_output_bytes=cap, wall_time_s=4.0))
+    elapsed, data = time.monotonic() - t0, getattr(r, stream)
+    assert len(data) == cap and data == b"A" * cap and getattr(r, f"{stream}_truncated")
+    assert r.status is Status.OUTPUT_LIMIT and r.limit == "output", why(r)
+    assert elapsed < 2.0, f"flood ran {elapsed:.1f}s after passing the output cap"
+
+
+def test_filling_tmpfs_gets_enospc_and_nothing_reaches_host(sb):
+    name = f"agentrl-fill-{os.urandom(6).hex()}"
+    src = f"""
+    import errno
+    res = {{}}
+    for d in ("/work", "/tmp", "/dev/shm"):
+        try:
+            with open(f"{{d}}/{name}", "wb") as f:
+                for _ in range(64): f.write(b"z" * (1 << 20)); f.flush()
+            res[d] = "no error"
+        except OSError as e:
+            res[d] = errno.errorcode[e.errno]
+    print(res)
+    """
+    r = py(sb, src, limits=SHORT.replace(tmpfs_bytes=8 << 20, max_file_bytes=256 << 20))
+    assert r.ok and out(r).count("ENOSPC") == 3, why(r)
+    for d in ("/tmp", "/var/tmp", "/root", "/dev/shm", os.getcwd()):
+        assert not os.path.exists(os.path.join(d, name))
+
+
+def test_fd_exhaustion_and_rlimits_cannot_be_raised(sb):
+    src = """
+    import os, resource
+    fds = []
+    try:
+        while True: fds.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        print("fds", len(fds) + 3, e.errno)
+    for name in ("NOFILE", "CPU", "FSIZE", "CORE", "MEMLOCK", "NPROC", "MSGQUEUE"):
+        lim = getattr(resource, "RLIMIT_" + name)
+        old = resource.getrlimit(lim)
+        try: resource.setrlimit(lim, (-1, -1))
+        except (ValueError, OSError): pass
+        if resource.getrlimit(lim) != old: print("raised", name, old)
+    """
+    r = py(sb, src, limits=SHORT.replace(max_open_files=64))
+    assert r.ok and out(r).split()[:3] == ["fds", "64", str(errno.EMFILE)], why(r)
+    assert "raised" not in out(r), why(r)
+
+
+def test_unread_huge_stdin_does_not_hang(sb):
+    t0 = time.monotonic()
+    r = py(sb, "print('bye')", stdin=b"q" * (16 << 20), limits=SHORT.replace(wall_time_s=5.0))
+    assert r.ok and r.stdout == b"bye\n" and time.monotonic() - t0 < 3.0, why(r)
+
+
+# --- host files -----------------------------------------------------------------------------
+
+READ_PATHS = ["/etc/shadow", "{s}", "/proc/1/root{s}", "/proc/1/root/etc/shadow"]
+READ_PATHS += ["/proc/self/root/../../..{s}", "/work/../../..{s}", "/proc/1/cwd/../..{s}"]
+
+
+@pytest.mark.parametrize("template", READ_PATHS)
+def test_reading_host_files_fails(run_py, host_secret_file, template):
+    path, token = host_secret_file
+    src = f"""
+    import os
+    try:
+        with open({template.format(s=path)!r}, "rb") as f: print("READ", f.read())
+    except OSError as e:
+        print("DENIED", e.errno)
+    hits = []
+    for top in ("/var", "/root", "/home", "/tmp", "/work", "/run", "/mnt", "/etc"):
+        for d, dirs, files in os.walk(top):
+            hits += [os.path.join(d, f) for f in files if {token[:12]!r} in f]
+    print("HITS", hits)
+    """
+    r = run_py(src)
+    assert r.ok and token.encode() not in r.stdout, why(r)
+    assert b"DENIED" in r.stdout and b"HITS []" in r.stdout, why(r)
+    assert Path("/etc/shadow").read_bytes()[:20] not in r.stdout
+
+
+@pytest.mark.parametrize(
+    "target", ["/usr/{n}", "/etc/{n}", "/root/{n}", "{p}/{n}", "/bin/{n}", "/{n}", "/.run/{n}"]
+)
+def test_writing_host_paths_fails(run_py, target):
+    path = target.format(n=f"agentrl-w-{os.urandom(6).hex()}", p=sys.prefix)
+    src = f"""
+    try:
+        with open({path!r}, "w") as f: f.write("pwned")
+        print("WROTE")
+    except OSError as e:
+        print("DENIED", e.errno)
+    """
+    r = run_py(src)
+    assert r.ok and out(r).startswith("DENIED"), why(r)
+    assert not os.path.exists(path)
+
+
+def test_host_tmp_and_existing_files_unchanged(sb):
+    name = f"agentrl-t-{os.urandom(6).hex()}"
+    victims = [os.path.realpath(sys.executable), "/usr/bin/env", "/bin/sh", "/etc/passwd"]
+    before = {v: (sha(v), os.stat(v).st_mtime_ns, os.stat(v).st_mode) for v in victims}
+    src = f"""
+    import os
+    with open("/tmp/{name}", "w") as f: f.write("box-local")
+    print("tmp ok")
+    for v in {victims!r}:
+        for op in (lambda: open(v, "r+b").write(b"X"), lambda: os.chmod(v, 0o777),
+                   lambda: os.truncate(v, 0), lambda: os.unlink(v), lambda: os.utime(v, (0, 0))):
+            try: op(); print("MODIFIED", v)
+            except OSError: pass
+    """
+    r = py(sb, src)
+    assert r.ok and b"tmp ok" in r.stdout and b"MODIFIED" not in r.stdout, why(r)
+    assert not os.path.exists(f"/tmp/{name}")
+    assert before == {v: (sha(v), os.stat(v).st_mtime_ns, os.stat(v).st_mode) for v in victims}
+
+
+def test_symlinks_fifos_and_dirs_are_not_collected(sb, host_secret_file):
+    secret, token = host_secret_file
+    src = f"""
+    import os
+    os.symlink("/etc/passwd", "out"); os.symlink("/proc/1/root/etc/shadow", "link")
+    os.symlink({str(secret)!r}, "secret"); os.symlink("/etc", "etcdir")
+    os.mkfifo("fifo"); os.mkdir("adir")
+    with open("good.txt", "w") as f: f.write("fine")
+    """
+    names = ["out", "link", "secret", "etcdir/passwd", "fifo", "adir", "good.txt"]
+    t0 = time.monotonic()
+    r = py(sb, src, collect=names)
+    assert r.ok and r.files == {"good.txt": b"fine"}, why(r)
+    assert time.monotonic() - t0 < 5.0 and token.encode() not in r.files["good.txt"]
+
+
+# --- network and other processes ------------------------------------------------------------
+
+
+def test_tcp_and_raw_sockets_refused(run_py, tcp_listener):
+    src = f"""
+    import socket as S
+    for fam, typ in ((S.AF_INET, S.SOCK_STREAM), (S.AF_INET6, S.SOCK_STREAM),
+                     (S.AF_INET, S.SOCK_DGRAM), (S.AF_NETLINK, S.SOCK_RAW),
+                     (S.AF_PACKET, S.SOCK_RAW)):
+        try:
+            with S.socket(fam, typ) as s:
+                s.settimeout(1); s.connect(("127.0.0.1", {tcp_listener.getsockname()[1]}))
+            print("CONNECTED", fam)
+        except OSError as e:
+            print("ERR", e.errno)
+    """
+    r = run_py(src)
+    assert r.ok and out(r).split() == ["ERR", str(errno.EAFNOSUPPORT)] * 5, why(r)
+    assert "socket" in r.denied_syscalls
+    assert not select.select([tcp_listener], [], [], 0.2)[0], "the host listener got a connection"
+
+
+def test_net_namespace_has_only_loopback(sb):
+    r = py(sb, "print(open('/proc/net/dev').read())")
+    ifaces = [ln.split(":")[0].strip() for ln in out(r).splitlines()[2:] if ":" in ln]
+    assert r.ok and ifaces == ["lo"], why(r)
+
+
+def test_host_unix_sockets_unreachable(sb):
+    tag = os.urandom(6).hex()
+    path, abstract = f"/tmp/agentrl-host-{tag}.sock", f"\0agentrl-host-{tag}"
+    src = f"""
+    import socket
+    for addr in ({path!r}, {abstract!r}):
+        try:
+            with socket.socket(socket.AF_UNIX) as c: c.connect(addr)
+            print("CONNECTED")
+        except OSError as e:
+            print("ERR", e.errno)
+    """
+    with socket.socket(socket.AF_UNIX) as s1, socket.socket(socket.AF_UNIX) as s2:
+        s1.bind(path)
+        s2.bind(abstract)
+        s1.listen(4)
+        s2.listen(4)
+        try:
+            r = py(sb, src)
+        finally:
+            os.unlink(path)
+        assert r.ok and b"CONNECTED" not in r.stdout, why(r)
+        assert select.select([s1, s2], [], [], 0.2)[0] == []
+
+
+def test_killing_host_processes_fails(sb):
+    with subprocess.Popen(["sleep", "60"]) as victim:
+        src = f"""
+        import os, signal
+        for pid in ({victim.pid}, {os.getpid()}, {os.getppid()}):
+            try: os.kill(pid, signal.SIGKILL); print("KILLED", pid)
+            except OSError as e: print("ERR", e.errno)
+        os.kill(-1, signal.SIGKILL)
+        """
+        try:
+            r = py(sb, src)
+            time.sleep(0.2)
+            assert victim.poll() is None, "the host process was killed from the box"
+        finally:
+            victim.kill()
+    assert b"KILLED" not in r.stdout, why(r)
+
+
+def test_two_live_boxes_cannot_reach_each_other(sb):
+    key, results = str(int.from_bytes(os.urandom(3), "big") + 1), {}
+    ta = threading.Thread(target=lambda: results.update(a=py(sb, LISTENER.replace("KEY", key))))
+    ta.start()
+    wait_box_started()
+    b = py(sb, PROBER.replace("KEY", key))
+    ta.join()
+    a = results["a"]
+    assert a.ok and b.ok, why(a) + why(b)
+    words, res = out(a).split(), json.loads(b.stdout)
+    assert int(words[2]) >= 0 and float(words[1]) < res["t"] < float(words[-1]), "not concurrent"
+    assert res["connect"] == errno.ECONNREFUSED and res["files"] == [] and res["shm"] == -1, res
+    assert res["pids"] == ["1"] and "accepted 0" in out(a), res
+
+
+def test_two_sandboxes_do_not_share_host_identity(sb):
+    # Boxes of two sandboxes alive at once must not share a host uid: per-user kernel limits
+    # (inotify instances, pipe pages, message queues, ...) would let one starve the other.
+    results = {}
+    with Sandbox(DEFAULT_LIMITS) as other:
+        hog = threading.Thread(target=lambda: results.update(a=py(other, INOTIFY_HOG)))
+        hog.start()
+        wait_box_started()
+        b = py(sb, INOTIFY_PROBE)
+        hog.join()
+    a = results["a"]
+    assert a.ok and b.ok, why(a) + why(b)
+    (map_a, n, ready), end = json.loads(a.stdout.splitlines()[0]), float(out(a).split()[-1])
+    map_b, fd, err, t = json.loads(b.stdout)
+    assert n > 0 and ready < t < end, "the two boxes were not alive together"
+    assert map_a[1] != map_b[1], f"both boxes run as host uid {int(map_a[1]):#x}"
+    assert fd >= 0, f"inotify_init failed with errno {err} after another sandbox's box hogged it"
+
+
+def test_warm_run_memory_holds_no_earlier_run_secrets():
+    # A warm run is a fork of the slot's interpreter: what an earlier run was handed (here its
+    # environment) must not be readable in the memory of a later one.
+    leaked = []
+    with Sandbox(DEFAULT_LIMITS, max_concurrency=1) as box:
+        for n in (52, 60):
+            tok = "".join(secrets.choice("QXZJ") for _ in range(n))
+            first = box.run_python("pass", env={"AGENTRL_SECRET": tok})
+            r = box.run_python(MEMORY_SCAN)
+            assert first.ok and r.ok, why(first) + why(r)
+            leaked += [f for f in out(r).split() if f in tok]
+    assert not leaked, f"a later run read an earlier run's environment: {leaked}"
+
+
+def test_host_sysv_shm_invisible(sb):
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = int.from_bytes(os.urandom(3), "big") + 1
+    shmid = libc.shmget(key, 4096, 0o1000 | 0o600)
+    assert shmid >= 0
+    try:
+        r = py(sb, f"import ctypes\nprint(ctypes.CDLL(None).shmget({key}, 0, 0))")
+        assert r.ok and r.stdout == b"-1\n", why(r)
+    finally:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+def test_host_processes_invisible(run_py):
+    src = f"""
+    import os
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    print(len(pids), os.path.exists("/proc/{os.getpid()}/environ"), os.getppid())
+    """
+    r = run_py(src)
+    n, seen, ppid = out(r).split()
+    assert r.ok and int(n) == 1 and ppid == "0", why(r)
+    assert seen == "False" or os.getpid() < 5
+
+
+# --- seccomp --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SYSCALLS))
+def test_denied_syscall(run_py, name):
+    src = f"r, e = {SYSCALLS[name]}\nif r == 0 and {name!r} == 'clone': os._exit(0)\n"
+    r = run_py(CTYPES_PRELUDE + src + "print(json.dumps([r, e]))")
+    assert r.ok and json.loads(r.stdout) == [-1, errno.EPERM], why(r)
+    assert name in r.denied_syscalls, why(r)
+
+
+def test_clone3_unknown_and_x32_syscalls(run_py):
+    src = """
+args = (ctypes.c_uint64 * 11)(0x10000000)  # clone3 with CLONE_NEWUSER
+print(json.dumps([sc(435, ctypes.byref(args), 88), sc(999)]), flush=True)
+sc(0x40000000 | 39)  # x32 getpid: the filter kills the process
+print("x32 survived")
+"""
+    r = run_py(CTYPES_PRELUDE + src)
+    clone3, unknown = json.loads(r.stdout.splitlines()[0])
+    assert clone3 == [-1, errno.ENOSYS] and unknown == [-1, errno.ENOSYS], why(r)
+    assert r.status is Status.SIGNALED and r.signal == signal.SIGSYS, why(r)
+
+
+def test_int80_32bit_syscall_is_killed(sb):
+    src = """
+    import ctypes, mmap
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(bytes.fromhex("b814000000cd80c3"))  # mov eax, 20 (getpid); int 0x80; ret
+    fn = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
+    print("int80 returned", fn(), flush=True)
+    """
+    r = py(sb, src)
+    assert r.status is Status.SIGNALED and r.signal in (signal.SIGSYS, signal.SIGSEGV), why(r)
+    assert b"returned" not in r.stdout
+
+
+def test_chroot_escape_fails(run_py):
+    src = """
+    import os
+    os.makedirs("jail", exist_ok=True)
+    try: os.chroot("jail"); print("CHROOTED")
+    except OSError as e: print("ERR", e.errno)
+    for _ in range(64): os.chdir("..")
+    print(sorted(os.listdir(".")))
+    """
+    r = run_py(src)
+    assert r.ok and out(r).startswith(f"ERR {errno.EPERM}"), why(r)
+    assert "chroot" in r.denied_syscalls
+    top = out(r).splitlines()[1]  # the box's own root, nothing of the host
+    assert "'work'" in top and not any(f"'{d}'" in top for d in ("boot", "var", "sys")), top
+
+
+# --- kernel interfaces, identity, environment -----------------------------------------------
+
+
+def test_proc_sys_writes_fail_and_host_unchanged(run_py):
+    keys = ["kernel/hostname", "kernel/core_pattern", "kernel/pid_max"]
+    before = {k: Path(f"/proc/sys/{k}").read_text() for k in keys}
+    # Foreign values where harmless, the host's own value where a success would matter.
+    writes = {**before, "kernel/hostname": "pwned\n", "vm/drop_caches": "3\n"}
+    src = f"""
+    import json
+    res = {{}}
+    for k, v in {writes!r}.items():
+        try:
+            with open("/proc/sys/" + k, "w") as f: f.write(v)
+            res[k] = "WROTE"
+        except OSError as e:
+            res[k] = e.errno
+    mi = [ln.split() for ln in open("/proc/self/mountinfo")]
+    res["ro"] = [m[5].split(",")[0] for m in mi if m[4] == "/proc/sys"]
+    print(json.dumps(res))
+    """
+    r = run_py(src)
+    res = json.loads(r.stdout)
+    assert r.ok and res.pop("ro") == ["ro"], why(r)
+    assert all(v in (errno.EROFS, errno.EACCES, errno.EPERM) for v in res.values()), res
+    assert before == {k: Path(f"/proc/sys/{k}").read_text() for k in keys}
+
+
+def test_identity_caps_and_hostname(run_py):
+    r = run_py(IDENTITY)
+    res = json.loads(r.stdout)
+    assert r.ok and res["ids"] == [[1000] * 3, [1000] * 3, []], why(r)
+    assert res["caps"] == ["0000000000000000"] * 5
+    assert res["nnp"] == "1" and res["seccomp"] == "2"
+    assert res["host"] == ["sandbox"] * 3 and socket.gethostname() != "sandbox"
+
+
+def test_setuid_binaries_gain_nothing(sb):
+    before = {p: sha(p) for p in ("/etc/passwd", "/etc/group", "/etc/shadow") if os.path.exists(p)}
+    src = f"""
+    import json, os, subprocess
+    res = []
+    for cmd in {SETUID_CMDS!r}:
+        if os.path.exists("/usr/bin/" + cmd[0]):
+            p = subprocess.run(["/usr/bin/" + cmd[0], *cmd[1:]], input=b"", capture_output=True)
+            res.append([cmd[0], p.returncode, (p.stdout + p.stderr).decode(errors="replace")])
+    mi = [ln.split() for ln in open("/proc/self/mountinfo")]
+    print(json.dumps({{"res": res, "usr": [m[5] for m in mi if m[4] == "/usr"]}}))
+    """
+    r = py(sb, src)
+    res = json.loads(r.stdout)
+    assert r.ok and len(res["res"]) >= 3, why(r)
+    for name, rc, text in res["res"]:
+        assert rc != 0 and not text.strip().startswith("0"), (name, text)
+    assert "nosuid" in res["usr"][0]
+    assert before == {p: sha(p) for p in before}
+
+
+def test_host_mounts_invisible(run_py):
+    r = run_py("print(open('/proc/self/mountinfo').read())")
+    mounts = [ln.split() for ln in out(r).splitlines() if ln]
+    assert r.ok and 0 < len(mounts) < 30, why(r)
+    for m in mounts:
+        root, point, fstype = m[3], m[4], m[m.index("-") + 1]
+        assert "cgroup" not in fstype and point not in ("/sys", "/home", "/var", "/run"), m
+        for host in ("/root/.cache", "/work/main", "/var", os.getcwd(), "/boot", "/home"):
+            assert not (root + "/").startswith(host + "/"), m
+            assert not (point + "/").startswith(host + "/"), m
+
+
+def test_minimal_dev_and_no_mknod(run_py):
+    src = """
+    import json, os, stat
+    print(json.dumps(sorted(os.listdir("/dev"))))
+    for p in ("/work/sda", "/dev/shm/mem"):
+        try: os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 1)); print("MKNOD", p)
+        except OSError as e: print("ERR", e.errno)
+    try: print("SYS", os.listdir("/sys"))
+    except OSError: pass
+    """
+    r = run_py(src)
+    assert r.ok and "MKNOD" not in out(r) and "SYS" not in out(r), why(r)
+    listed = set(json.loads(out(r).splitlines()[0]))
+    assert {"null", "zero", "full", "random", "urandom", "shm"} <= listed, listed
+    allowed = {"null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr"}
+    assert listed <= allowed | {"shm", "ptmx", "pts", "tty"}, listed
+
+
+def test_host_environment_not_leaked(run_py, monkeypatch):
+    secret = os.urandom(12).hex()
+    monkeypatch.setenv("AGENTRL_HOST_SECRET", secret)
+    src = "import os\nprint(dict(os.environ))\nprint(open('/proc/self/environ', 'rb').read())"
+    r = run_py(src)
+    assert r.ok and secret.encode() not in r.stdout, why(r)
+    assert b"AGENTRL_HOST_SECRET" not in r.stdout
+
+
+def test_host_fds_not_leaked(run_py, host_secret_file, tcp_listener):
+    fd = os.open(host_secret_file[0], os.O_RDONLY)
+    os.set_inheritable(fd, True)
+    tcp_listener.set_inheritable(True)
+    src = """
+    import os
+    names = sorted(os.listdir("/proc/self/fd"))
+    open_fds = []
+    for n in range(3, 4096):
+        try: os.fstat(n); open_fds.append(n)
+        except OSError: pass
+    print(names, open_fds)
+    """
+    try:
+        r = run_py(src)
+    finally:
+        os.close(fd)
+    assert r.ok and out(r).strip() == "['0', '1', '2', '3'] []", why(r)  # 3: listdir's own
+
+
+def test_nothing_survives_into_the_next_run(run_py):
+    r1 = run_py(LEAVE_BEHIND)
+    assert r1.ok and r1.stdout == b"daemon started\n", why(r1)
+    assert_host_clean(timeout=0.5)
+    r2 = run_py(LOOK_BEHIND)
+    assert r2.ok and out(r2).strip() == "[] ['__main__.py'] ['1']", why(r2)
+
+
+def test_non_utf8_output_preserved(run_py):
+    payload = b"\xff\xfe\x00\x80invalid\xc3(\n"
+    src = f"import sys\nsys.stdout.buffer.write({payload!r})\nsys.stderr.buffer.write({payload!r})"
+    r = run_py(src)
+    assert r.ok and r.stdout == payload and r.stderr == payload, why(r)

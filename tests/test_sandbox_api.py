@@ -1,0 +1,385 @@
+"""The Python API of the sandbox: validation, files, stdin, env, verdicts, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from agentrl import AgentRLError, ExecResult, Limits, Sandbox, SandboxError, Status
+from conftest import DEFAULT_LIMITS, assert_host_clean, out, py, why
+
+FIELDS = [f.name for f in dataclasses.fields(Limits)]
+FLOAT_FIELDS = ["wall_time_s", "cpu_time_s"]
+
+# --- Limits ---------------------------------------------------------------------------------
+
+
+def test_limits_defaults_and_replace():
+    lim = Limits()
+    assert (lim.wall_time_s, lim.cpu_time_s, lim.memory_bytes) == (10.0, 10.0, 512 << 20)
+    assert (lim.max_pids, lim.max_output_bytes, lim.max_file_bytes) == (64, 1 << 20, 64 << 20)
+    assert (lim.max_open_files, lim.tmpfs_bytes) == (256, 64 << 20)
+    new = lim.replace(wall_time_s=2, max_pids=8)
+    assert new.wall_time_s == 2.0 and isinstance(new.wall_time_s, float) and new.max_pids == 8
+    assert lim.wall_time_s == 10.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lim.max_pids = 1  # type: ignore[misc]
+    with pytest.raises(ValueError, match="max_pids"):
+        lim.replace(max_pids=0)
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("bad", [0, -1])
+def test_limits_non_positive_rejected(field, bad):
+    with pytest.raises(ValueError, match=field):
+        Limits(**{field: bad})
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("bad", [True, False, "5", None, [1]])
+def test_limits_wrong_type_rejected(field, bad):
+    with pytest.raises(TypeError, match=field):
+        Limits(**{field: bad})
+
+
+@pytest.mark.parametrize("field", FIELDS)
+def test_limits_out_of_range_rejected(field):
+    bads = [float("nan"), float("inf"), 1e9] if field in FLOAT_FIELDS else [1 << 63, 1.5]
+    for bad in bads:
+        with pytest.raises((ValueError, TypeError), match=field):
+            Limits(**{field: bad})
+
+
+# --- argument validation --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, exc",
+    [
+        ([], ValueError),
+        ([""], ValueError),
+        (["/bin/echo", "a\0b"], ValueError),
+        ([b"/bin/ech\0o"], ValueError),
+        ("/bin/true", TypeError),
+        (b"/bin/true", TypeError),
+        (["/bin/echo", 3], TypeError),
+        (["/bin/echo", None], TypeError),
+    ],
+)
+def test_bad_argv(sb, argv, exc):
+    with pytest.raises(exc):
+        sb.run(argv)
+
+
+BAD_PATHS = ["../x", "/etc/x", "a/../../x", "", ".", "./", "a\0b", "x" * 256]
+
+
+@pytest.mark.parametrize("name", BAD_PATHS)
+def test_bad_file_names_rejected(sb, name):
+    with pytest.raises(ValueError):
+        sb.run(["/bin/true"], files={name: b"x"})
+    with pytest.raises(ValueError):
+        sb.run(["/bin/true"], collect=[name])
+
+
+@pytest.mark.parametrize("env", [{"A\0": "x"}, {"A": "x\0y"}, {"": "x"}, {"A=B": "x"}])
+def test_bad_env_rejected(sb, env):
+    with pytest.raises(ValueError):
+        sb.run(["/bin/true"], env=env)
+    with pytest.raises(ValueError):
+        Sandbox(env=env)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"stdin": 5},
+        {"stdin": ["a"]},
+        {"files": [("a", b"x")]},
+        {"files": {"a": 5}},
+        {"files": {5: b"x"}},
+        {"collect": "a.txt"},
+        {"collect": [5]},
+        {"limits": {"wall_time_s": 1}},
+        {"cwd": 5},
+        {"env": {"A": 1}},
+        {"env": [("A", "x")]},
+    ],
+)
+def test_wrong_types_rejected(sb, kwargs):
+    with pytest.raises(TypeError):
+        sb.run(["/bin/true"], **kwargs)
+
+
+def test_bad_cwd_and_sandbox_arguments(sb):
+    for cwd in ("../x", "a/../../x", "/work/../etc", "a\0b"):
+        with pytest.raises(ValueError):
+            sb.run(["/bin/true"], cwd=cwd)
+    with pytest.raises(TypeError):
+        sb.run_python(b"print(1)")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Sandbox(limits={"wall_time_s": 1})  # type: ignore[arg-type]
+    for mc, exc in ((0, ValueError), (5000, ValueError), (True, TypeError), ("2", TypeError)):
+        with pytest.raises(exc):
+            Sandbox(max_concurrency=mc)
+    assert issubclass(SandboxError, AgentRLError) and issubclass(AgentRLError, Exception)
+
+
+# --- files, stdin, cwd, env -----------------------------------------------------------------
+
+
+def test_files_nested_and_collect_round_trip(sb):
+    blob = os.urandom(100_000)
+    src = """
+    import os
+    print(open("a/b/c.txt").read(), open("top.txt").read(), len(open("bin.dat", "rb").read()))
+    with open("a/b/c.txt", "a") as f: f.write("+box")
+    os.makedirs("out/deep", exist_ok=True)
+    with open("out/deep/r.bin", "wb") as f: f.write(open("bin.dat", "rb").read()[::-1])
+    """
+    r = py(
+        sb,
+        src,
+        files={"a/b/c.txt": "nested", "top.txt": b"top", "bin.dat": blob},
+        collect=["a/b/c.txt", "out/deep/r.bin", "missing.txt", "./top.txt"],
+    )
+    assert r.ok and out(r).split() == ["nested", "top", "100000"], why(r)
+    assert r.files["a/b/c.txt"] == b"nested+box"
+    assert r.files["out/deep/r.bin"] == blob[::-1]
+    assert "missing.txt" not in r.files and r.truncated_files == ()
+    assert r.files.get("./top.txt", r.files.get("top.txt")) == b"top"
+
+
+def test_collected_file_capped_at_max_file_bytes(sb):
+    lim = DEFAULT_LIMITS.replace(max_file_bytes=4096)
+    files = {"in.bin": os.urandom(8192), "small": b"s"}
+    r = sb.run(["/bin/true"], files=files, collect=["in.bin", "small"], limits=lim)
+    assert r.ok and r.files["in.bin"] == files["in.bin"][:4096] and r.files["small"] == b"s"
+    assert r.truncated_files == ("in.bin",), why(r)
+
+
+@pytest.mark.parametrize(
+    "stdin, expect",
+    [
+        (b"\x00\xffbinary\n", b"\x00\xffbinary\n"),
+        ("h\u00e9llo \u2603", "h\u00e9llo \u2603".encode()),
+    ],
+)
+def test_stdin_bytes_and_str(sb, stdin, expect):
+    r = sb.run(["/bin/cat"], stdin=stdin)
+    assert r.ok and r.stdout == expect, why(r)
+
+
+def test_large_stdin_round_trip(sb):
+    data = os.urandom(3 << 20)
+    src = "import hashlib, sys\nprint(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
+    r = py(sb, src, stdin=data)
+    assert r.ok and out(r).strip() == hashlib.sha256(data).hexdigest(), why(r)
+
+
+def test_cwd_relative_and_absolute(sb):
+    r = sb.run(["/bin/sh", "-c", "pwd; cat f"], files={"sub/dir/f": "here"}, cwd="sub/dir")
+    assert r.ok and r.stdout == b"/work/sub/dir\nhere", why(r)
+    r = sb.run(["/bin/pwd"], cwd="/tmp")
+    assert r.ok and r.stdout == b"/tmp\n", why(r)
+
+
+def test_env_passed_and_host_env_absent(sb, monkeypatch):
+    monkeypatch.setenv("AGENTRL_HOST_ONLY", "leak")
+    src = "import json, os\nprint(json.dumps(dict(os.environ)))"
+    with Sandbox(DEFAULT_LIMITS, env={"BOX_LEVEL": "1", "SHARED": "box"}) as box:
+        r = box.run([box.python, "-c", src], env={"RUN_LEVEL": "2", "SHARED": "run"})
+    env = json.loads(r.stdout)
+    assert r.ok and env["BOX_LEVEL"] == "1" and env["RUN_LEVEL"] == "2", why(r)
+    assert env["SHARED"] == "run" and "AGENTRL_HOST_ONLY" not in env
+    assert env["HOME"] == "/work" and env["TMPDIR"] == "/tmp"
+    assert set(env) <= {"PATH", "HOME", "TMPDIR", "LANG", "USER", "PYTHONDONTWRITEBYTECODE"} | {
+        "BOX_LEVEL",
+        "RUN_LEVEL",
+        "SHARED",
+        "LC_CTYPE",
+    }
+
+
+def test_argv_types_bytes_and_pathlike(sb):
+    r = sb.run([Path("/bin/echo"), b"b\xffytes", "str"])
+    assert r.ok and r.stdout == b"b\xffytes str\n", why(r)
+
+
+# --- verdicts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, 42, 255])
+def test_exit_codes(sb, code):
+    r = sb.run(["/bin/sh", "-c", f"echo out; echo err >&2; exit {code}"])
+    assert r.exit_code == code and r.signal is None, why(r)
+    assert r.status is (Status.OK if code == 0 else Status.RUNTIME_ERROR) and r.ok == (code == 0)
+    assert (r.stdout, r.stderr, r.limit) == (b"out\n", b"err\n", None)
+
+
+@pytest.mark.parametrize(
+    "source, sig",
+    [
+        ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", signal.SIGSEGV),
+        ("import ctypes; ctypes.string_at(0)", signal.SIGSEGV),
+        ("import os; os.abort()", signal.SIGABRT),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", signal.SIGTERM),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", signal.SIGKILL),
+    ],
+    ids=["kill-SIGSEGV", "real-segfault", "abort", "kill-SIGTERM", "kill-SIGKILL"],
+)
+def test_signaled(run_py, source, sig):
+    r = run_py(source + "\nprint('still alive')")
+    assert r.status is Status.SIGNALED and r.signal == sig and r.exit_code is None, why(r)
+    assert b"still alive" not in r.stdout
+
+
+def test_file_size_limit_reported(sb):
+    lim = DEFAULT_LIMITS.replace(max_file_bytes=1 << 20)
+    r = sb.run(["dd", "if=/dev/zero", "of=big", "bs=1M", "count=2"], limits=lim)
+    assert r.status is Status.SIGNALED and r.signal == signal.SIGXFSZ, why(r)
+    assert r.limit == "file_size", why(r)
+
+
+@pytest.mark.parametrize("argv", [["agentrl-no-such-command"], ["/work/nope"], ["/etc/passwd"]])
+def test_command_not_found(sb, argv):
+    r = sb.run(argv)
+    assert r.status is Status.RUNTIME_ERROR and r.exit_code == 127, why(r)
+    assert r.stderr, why(r)
+
+
+def test_per_run_limits_override(sb):
+    r = py(sb, "import time; time.sleep(5)", limits=DEFAULT_LIMITS.replace(wall_time_s=0.3))
+    assert r.status is Status.TIMEOUT and r.limit == "wall_time" and r.wall_time_s < 2, why(r)
+    r = py(sb, "import time; time.sleep(0.5); print('ok')")  # the sandbox default is back
+    assert r.ok and r.stdout == b"ok\n", why(r)
+    with Sandbox(DEFAULT_LIMITS.replace(wall_time_s=0.3)) as box:
+        r = box.run(["sleep", "5"])
+        assert r.status is Status.TIMEOUT, why(r)
+        r = box.run(["sleep", "0.5"], limits=DEFAULT_LIMITS)
+        assert r.ok, why(r)
+
+
+def test_result_fields_and_summary(sb):
+    r = py(sb, "import sys; sys.stdout.write('x'); sys.stderr.write('y')")
+    assert isinstance(r, ExecResult) and r.ok and r.status == "ok" and str(r.status) == "ok"
+    assert (r.stdout, r.stderr, r.exit_code, r.signal) == (b"x", b"y", 0, None)
+    assert not r.stdout_truncated and not r.stderr_truncated and r.error is None
+    assert 0 < r.wall_time_s < 5 and 0 <= r.cpu_time_s < 5
+    assert r.peak_memory_bytes is not None and 0 < r.peak_memory_bytes < DEFAULT_LIMITS.memory_bytes
+    assert r.denied_syscalls == () and r.files == {}
+    assert r.summary().startswith("status=ok exit=0")
+    assert {s.value for s in Status} == {
+        "ok",
+        "runtime_error",
+        "signaled",
+        "timeout",
+        "memory_limit",
+        "output_limit",
+        "sandbox_error",
+    }
+
+
+def test_sandbox_properties(sb):
+    assert sb.cgroup_version in ("v1", "v2") and sb.python == sys.executable
+    assert sb.limits == DEFAULT_LIMITS and sb.network is False
+    assert "open" in repr(sb)
+
+
+def test_arun_from_asyncio(sb):
+    async def main():
+        return await asyncio.gather(*(sb.arun(["/bin/echo", str(i)]) for i in range(4)))
+
+    results = asyncio.run(main())
+    assert [r.stdout for r in results] == [f"{i}\n".encode() for i in range(4)]
+
+
+# --- concurrency and lifecycle --------------------------------------------------------------
+
+ISOLATION = r"""
+tok=$(cat tok)
+before=$(find /work /tmp /dev/shm -mindepth 1 | sort | tr '\n' ' ')
+for d in /work /tmp /dev/shm; do echo "$tok" > "$d/m-$tok"; done
+sleep 0.01
+echo "$tok|$before|$(cat /tmp/* /dev/shm/* | tr '\n' ' ')"
+"""
+
+
+def test_concurrent_runs_are_isolated(sb):
+    errors: list[str] = []
+
+    def worker(t: int) -> None:
+        for i in range(10):
+            tok = f"t{t}-{i}"
+            r = sb.run(["/bin/sh", "-c", ISOLATION], files={"tok": tok})
+            if not r.ok or out(r).strip() != f"{tok}|/work/tok |{tok} {tok}":
+                errors.append(why(r))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert time.monotonic() - t0 < 60
+    assert_host_clean()
+
+
+def test_runs_while_host_is_multithreaded(sb):
+    stop = threading.Event()
+
+    def busy() -> None:
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    threads = [threading.Thread(target=busy) for _ in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        results = [sb.run(["/bin/echo", str(i)]) for i in range(20)]
+        results.append(py(sb, "import threading; print(threading.active_count())"))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert all(r.ok for r in results), [why(r) for r in results if not r.ok]
+    assert [r.stdout for r in results[:20]] == [f"{i}\n".encode() for i in range(20)]
+    assert results[-1].stdout == b"1\n"
+
+
+def test_context_manager_and_close():
+    with Sandbox(DEFAULT_LIMITS) as box:
+        assert box.run(["/bin/true"]).ok
+    assert "closed" in repr(box)
+    with pytest.raises(SandboxError):
+        box.run(["/bin/true"])
+    with pytest.raises(SandboxError):
+        box.run_python("print(1)")
+    box.close()  # idempotent
+    box2 = Sandbox(DEFAULT_LIMITS)
+    box2.close()
+    with pytest.raises(SandboxError):
+        box2.run(["/bin/true"])
+
+
+def test_close_waits_for_runs_in_flight():
+    box = Sandbox(DEFAULT_LIMITS)
+    results = []
+    t = threading.Thread(target=lambda: results.append(box.run(["sleep", "0.5"])))
+    t.start()
+    time.sleep(0.2)
+    box.close()
+    t.join()
+    assert len(results) == 1 and results[0].ok, results
+    assert_host_clean()

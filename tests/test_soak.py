@@ -1,0 +1,139 @@
+"""Soak: thousands of runs must leave nothing behind on the host."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from agentrl import Limits, Sandbox, Status
+from conftest import (
+    SESSION_MARK,
+    agentrl_cgroup_dirs,
+    assert_host_clean,
+    host_proc_count,
+    host_procs_of_box_uids,
+    mount_lines,
+    my_descendants,
+    own_fds,
+    tmp_entries,
+    wait_count_at_most,
+    why,
+)
+
+pytestmark = pytest.mark.slow
+
+LIMITS = Limits(wall_time_s=5.0, cpu_time_s=5.0, memory_bytes=128 << 20, max_pids=16)
+THREADS = 4
+RUNS_PER_THREAD = 520  # 2,080 runs
+
+
+def threads_of_this_process() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def snapshot(cgroups_before: set[str] | None = None) -> dict[str, object]:
+    return {
+        "fds": len(own_fds()),
+        "mounts": mount_lines(),
+        "cgroups": agentrl_cgroup_dirs(os.getpid()) - (cgroups_before or set()),
+        "descendants": len(my_descendants()),
+    }
+
+
+def suspicious_tmp(entries: set[str]) -> set[str]:
+    """New /tmp entries that could be the sandbox's: named after it or owned by a box id."""
+    found = set()
+    for e in entries:
+        try:
+            st = os.lstat(os.path.join("/tmp", e))
+        except FileNotFoundError:
+            continue
+        if "agentrl" in e or st.st_uid >= 0x5A000000 or st.st_gid >= 0x5A000000:
+            found.add(e)
+    return found
+
+
+def hammer(box: Sandbox, argvs: list[list[str]], per_thread: int) -> list:
+    """``per_thread`` runs from each of THREADS threads, cycling through ``argvs``."""
+
+    def worker(k: int) -> list:
+        return [box.run(argvs[(k + i) % len(argvs)]) for i in range(per_thread)]
+
+    with ThreadPoolExecutor(THREADS) as ex:
+        return [r for rs in ex.map(worker, range(THREADS)) for r in rs]
+
+
+def test_soak_true_leaves_nothing_behind():
+    cgroups_before = agentrl_cgroup_dirs(os.getpid())
+    session_boxes = {p[0] for p in host_procs_of_box_uids(with_zygotes=True)}  # session's zygotes
+    fds_before, threads_before, mounts_before = (
+        len(own_fds()),
+        threads_of_this_process(),
+        mount_lines(),
+    )
+    box = Sandbox(LIMITS, env={"AGENTRL_TEST_MARK": SESSION_MARK}, max_concurrency=THREADS)
+    try:
+        # Warm up until every slot exists, then take the baseline.
+        hammer(box, [["/bin/true"]], 5)
+        base, procs, tmp = snapshot(cgroups_before), host_proc_count(), tmp_entries()
+        assert base["cgroups"], "the sandbox made no cgroup of its own"
+        results = hammer(box, [["/bin/true"], ["sh", "-c", ":"]], RUNS_PER_THREAD)
+        assert len(results) >= 2000
+        bad = [why(r) for r in results if not r.ok]
+        assert not bad, f"{len(bad)} runs failed, e.g. {bad[:3]}"
+        assert_host_clean()
+        after = snapshot(cgroups_before)
+        assert after == base, f"grew: {base} -> {after}"
+        # Other programs may start processes and temp files meanwhile: tolerances for them,
+        # but a per-run leak would show up as hundreds.
+        assert wait_count_at_most(host_proc_count, procs + 30) <= procs + 30
+        new_tmp = tmp_entries() - tmp
+        assert not suspicious_tmp(new_tmp) and len(new_tmp) < 20, sorted(new_tmp)
+    finally:
+        box.close()
+    # After close: the sandbox's cgroups, slot threads and fds are gone.
+    left = agentrl_cgroup_dirs(os.getpid()) - cgroups_before
+    assert wait_count_at_most(threads_of_this_process, threads_before) == threads_before
+    assert mount_lines() == mounts_before
+    assert not left, f"cgroups left after close(): {sorted(left)}"
+    zygotes = [p for p in host_procs_of_box_uids(with_zygotes=True) if p[0] not in session_boxes]
+    assert not zygotes, f"box processes (warm interpreters) alive after close(): {zygotes}"
+    del box
+    assert len(own_fds()) == fds_before, "fds of this process leaked by the sandbox"
+
+
+ABNORMAL = [
+    ["sh", "-c", "exit 3"],
+    ["sh", "-c", "sleep 5 & sleep 5"],  # wall-clock kill with a background child
+    ["sh", "-c", "yes | head -c 200000"],  # output cap
+    ["sh", "-c", "kill -SEGV $$"],
+    ["sh", "-c", "while :; do :; done"],  # CPU limit
+    ["/no/such/program"],
+    ["sh", "-c", "echo x > f; mkfifo p; ln -s /etc/passwd l"],
+]
+
+
+def test_soak_abnormal_endings_leave_nothing_behind():
+    cgroups_before = agentrl_cgroup_dirs(os.getpid())
+    lim = LIMITS.replace(wall_time_s=0.15, cpu_time_s=0.1, max_output_bytes=1000)
+    with Sandbox(lim, env={"AGENTRL_TEST_MARK": SESSION_MARK}, max_concurrency=THREADS) as box:
+        hammer(box, [["/bin/true"]], 5)
+        base = snapshot(cgroups_before)
+        statuses: dict[Status, int] = {}
+        lock = threading.Lock()
+
+        def worker(k: int) -> None:
+            for i in range(40):
+                r = box.run(ABNORMAL[(k + i) % len(ABNORMAL)], collect=["f", "p", "l"])
+                with lock:
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+
+        with ThreadPoolExecutor(THREADS) as ex:
+            list(ex.map(worker, range(THREADS)))
+        assert Status.SANDBOX_ERROR not in statuses, statuses
+        assert {Status.TIMEOUT, Status.OUTPUT_LIMIT, Status.RUNTIME_ERROR} <= set(statuses)
+        assert_host_clean()
+        assert snapshot(cgroups_before) == base
+    assert not agentrl_cgroup_dirs(os.getpid()) - cgroups_before
