@@ -347,7 +347,8 @@ def test_two_live_boxes_cannot_reach_each_other(sb):
     words, res = out(a).split(), json.loads(b.stdout)
     assert int(words[2]) >= 0 and float(words[1]) < res["t"] < float(words[-1]), "not concurrent"
     assert res["connect"] == errno.ECONNREFUSED and res["files"] == [] and res["shm"] == -1, res
-    assert res["pids"] == ["1"] and "accepted 0" in out(a), res
+    # Only the box's init (pid 1) and the program itself (pid 2).
+    assert res["pids"] == ["1", "2"] and "accepted 0" in out(a), res
 
 
 def test_two_sandboxes_do_not_share_host_identity(sb):
@@ -403,7 +404,8 @@ def test_host_processes_invisible(run_py):
     """
     r = run_py(src)
     n, seen, ppid = out(r).split()
-    assert r.ok and int(n) == 1 and ppid == "0", why(r)
+    # The box's init (pid 1) and the program (pid 2, whose parent is the init).
+    assert r.ok and int(n) == 2 and ppid == "1", why(r)
     assert seen == "False" or os.getpid() < 5
 
 
@@ -582,7 +584,7 @@ def test_nothing_survives_into_the_next_run(run_py):
     assert r1.ok and r1.stdout == b"daemon started\n", why(r1)
     assert_host_clean(timeout=0.5)
     r2 = run_py(LOOK_BEHIND)
-    assert r2.ok and out(r2).strip() == "[] ['__main__.py'] ['1']", why(r2)
+    assert r2.ok and out(r2).strip() == "[] ['__main__.py'] ['1', '2']", why(r2)
 
 
 def test_non_utf8_output_preserved(run_py):

@@ -65,6 +65,14 @@ def hammer(box: Sandbox, argvs: list[list[str]], per_thread: int) -> list:
         return [r for rs in ex.map(worker, range(THREADS)) for r in rs]
 
 
+def warm_up(box: Sandbox) -> None:
+    """Runs until every slot exists (slots are made as the load needs them)."""
+    for _ in range(30):
+        hammer(box, [["/bin/true"]], 5)
+        if box._inner.slots >= THREADS:
+            return
+
+
 def test_soak_true_leaves_nothing_behind():
     cgroups_before = agentrl_cgroup_dirs(os.getpid())
     session_boxes = {p[0] for p in host_procs_of_box_uids(with_zygotes=True)}  # session's zygotes
@@ -75,8 +83,7 @@ def test_soak_true_leaves_nothing_behind():
     )
     box = Sandbox(LIMITS, env={"AGENTRL_TEST_MARK": SESSION_MARK}, max_concurrency=THREADS)
     try:
-        # Warm up until every slot exists, then take the baseline.
-        hammer(box, [["/bin/true"]], 5)
+        warm_up(box)
         base, procs, tmp = snapshot(cgroups_before), host_proc_count(), tmp_entries()
         assert base["cgroups"], "the sandbox made no cgroup of its own"
         results = hammer(box, [["/bin/true"], ["sh", "-c", ":"]], RUNS_PER_THREAD)
@@ -119,7 +126,7 @@ def test_soak_abnormal_endings_leave_nothing_behind():
     cgroups_before = agentrl_cgroup_dirs(os.getpid())
     lim = LIMITS.replace(wall_time_s=0.15, cpu_time_s=0.1, max_output_bytes=1000)
     with Sandbox(lim, env={"AGENTRL_TEST_MARK": SESSION_MARK}, max_concurrency=THREADS) as box:
-        hammer(box, [["/bin/true"]], 5)
+        warm_up(box)
         base = snapshot(cgroups_before)
         statuses: dict[Status, int] = {}
         lock = threading.Lock()

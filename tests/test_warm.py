@@ -22,7 +22,7 @@ def warm_sb():
         yield sb
 
 
-def test_runs_as_main_pid1_box_user(warm_sb: Sandbox) -> None:
+def test_runs_as_main_under_the_box_init(warm_sb: Sandbox) -> None:
     r = warm_sb.run_python(
         "import os, sys\n"
         "print(__name__, __file__, os.getpid(), os.getuid(), os.getgid(), sys.argv)\n"
@@ -30,7 +30,8 @@ def test_runs_as_main_pid1_box_user(warm_sb: Sandbox) -> None:
     )
     assert r.ok, why(r)
     first = r.stdout.decode().splitlines()[0]
-    assert first == "__main__ /work/__main__.py 1 1000 1000 ['__main__.py']", why(r)
+    # pid 2: pid 1 is the box's init, as in a cold run.
+    assert first == "__main__ /work/__main__.py 2 1000 1000 ['__main__.py']", why(r)
 
 
 def test_nothing_leaks_between_runs(warm_sb: Sandbox) -> None:
@@ -66,10 +67,10 @@ def test_exit_codes_exceptions_and_atexit(warm_sb: Sandbox) -> None:
     assert r.exit_code == 1 and b"ValueError: boom" in r.stderr and b"Traceback" in r.stderr
     r = warm_sb.run_python("import atexit; atexit.register(print, 'bye'); print('hi')")
     assert r.ok and r.stdout == b"hi\nbye\n", why(r)
-    # A real fault (the program is pid 1 of its namespace, so a signal it sends itself
-    # without a handler is ignored, as for any init; a fault is delivered).
     r = warm_sb.run_python("import ctypes; ctypes.string_at(0)")
     assert (r.status, r.signal) == (Status.SIGNALED, signal.SIGSEGV), why(r)
+    r = warm_sb.run_python("import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert (r.status, r.signal) == (Status.SIGNALED, signal.SIGTERM), why(r)
     r = warm_sb.run_python(
         "import threading, time\n"
         "threading.Thread(target=lambda: (time.sleep(0.2), print('late'))).start()"
@@ -122,11 +123,11 @@ def test_the_run_cannot_see_or_signal_its_interpreter(warm_sb: Sandbox) -> None:
         "import os, signal\n"
         "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
         "print(pids)\n"
-        "for p in range(2, 50):\n"
+        "for p in range(3, 50):\n"
         "    try:\n        os.kill(p, signal.SIGKILL)\n    except ProcessLookupError:\n        pass\n"
         "os.kill(-1, signal.SIGKILL)\n"
     )
-    assert r.stdout.startswith(b"['1']"), why(r)
+    assert r.stdout.startswith(b"['1', '2']"), why(r)
     assert warm_sb.run_python("print(1)").ok, "the interpreter survived"
 
 

@@ -19,11 +19,22 @@ from agentrl.pool import (
 )
 from agentrl.result import ExecResult, Status
 from agentrl.sandbox import Bind, Sandbox
+from agentrl.scheduler import (
+    Episode,
+    EpisodeGroup,
+    EpisodeStatus,
+    RolloutScheduler,
+    SchedulerConfig,
+    Turn,
+)
 from agentrl.session import Session, Snapshot
 
 __all__ = [
     "AgentRLError",
     "Bind",
+    "Episode",
+    "EpisodeGroup",
+    "EpisodeStatus",
     "ExecResult",
     "JobExpired",
     "JobFailed",
@@ -33,11 +44,14 @@ __all__ = [
     "PoolClosed",
     "PoolFull",
     "PoolFuture",
+    "RolloutScheduler",
     "Sandbox",
     "SandboxError",
     "SandboxPool",
+    "SchedulerConfig",
     "Session",
     "Snapshot",
     "Status",
+    "Turn",
     "__version__",
 ]

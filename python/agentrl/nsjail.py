@@ -36,7 +36,10 @@ How a run is built
   not deliver default-action signals from inside (its own ``SIGTERM``/``SIGKILL``, ``SIGXFSZ``,
   ``SIGXCPU``, ``SIGPIPE``) and which must reap orphans. A small init (``python -I -S``, see
   ``_INIT``) is pid 1 instead: the program runs as pid 2 with the native backend's signal
-  semantics, and the init reports its exact wait status to the host over a pipe.
+  semantics, and the init reports its exact wait status to the host over a pipe. The program
+  cannot forge that report: the pipe belongs to host root (reopening it through ``/proc/1/fd``
+  fails) and ``/proc`` is read-only (no writing to ``/proc/1/mem``). Limits are judged on the
+  host in any case, never from the init's word.
 * **Limits.** A per-run parent cgroup (``<base>/run-<n>`` in the v1 ``memory``, ``pids`` and
   ``cpuacct`` hierarchies, or one v2 cgroup) carries the exact memory and pids limits; nsjail's
   ``--cgroup_mem_max``/``--cgroup_pids_max`` put its own per-jail cgroup below it. (nsjail removes
@@ -62,9 +65,12 @@ What nsjail cannot report, and other differences
   architecture, e.g. ``int 0x80``) is ``signaled`` with ``SIGSYS``. x32 calls get ``ENOSYS``
   (Kafel's default) where the native filter kills the process.
 * ``peak_memory_bytes`` is ``None`` without a memory cgroup (``degraded=True``).
-* ``memory_limit`` on cgroup v1 means "the limit was hit (``memory.failcnt`` rose) and the run
-  died of a ``SIGKILL`` we did not send": v1 counts the OOM kill in nsjail's already-removed
-  cgroup. On v2 it is exact (``memory.events``).
+* ``memory_limit``: v1 counts an OOM kill in the victim's cgroup, which is nsjail's and gone
+  before it can be read, so the backend registers an eventfd for the OOM notifications of the
+  run's cgroup (``cgroup.event_control``): an OOM in the run means ``memory_limit``, as the
+  native backend's ``oom_kill`` counter does. Where that cannot be registered it falls back to
+  "the limit was hit (``memory.failcnt``) and the program died of a ``SIGKILL`` we did not
+  send". On v2 it is ``memory.events`` ``oom_kill``.
 * ``limit == "pids"`` on v1 means the run's process count reached ``max_pids``
   (``pids.peak``), not that a fork failed (v1 records that in nsjail's removed cgroup too).
 * ``/work`` is not capped by ``tmpfs_bytes`` (nsjail cannot size a bind-mounted directory);
@@ -78,6 +84,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import importlib.util
 import itertools
@@ -97,6 +104,7 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from agentrl import _core
 from agentrl.errors import SandboxError
@@ -145,6 +153,9 @@ _FORBIDDEN_TARGETS = ("/proc", "/dev", "/work", "/tmp", "/etc")
 _POLL_S = 0.01
 """How often a run's CPU time is sampled while nothing else happens."""
 
+_SIDE_CAP = 1 << 20
+"""Most bytes kept of nsjail's log and of the init's status pipe (the rest is drained)."""
+
 _MEM_SLACK = 1 << 20
 """nsjail's own memory limit sits this far above the parent's, so the parent is what fires."""
 
@@ -158,7 +169,13 @@ _INIT = r"""
 import sys, posix, _signal as S
 def enc(a):
     return a.encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
-fd, exe, args = int(sys.argv[1]), enc(sys.argv[2]), [enc(a) for a in sys.argv[3:]]
+fd, cwd, exe = int(sys.argv[1]), enc(sys.argv[2]), enc(sys.argv[3])
+args = [enc(a) for a in sys.argv[4:]]
+try:
+    posix.chdir(cwd)
+except OSError as e:
+    posix.write(fd, b"cwd %d\n" % (e.errno or 0))
+    posix._exit(0)
 r, w = posix.pipe()
 pid = posix.fork()
 if pid == 0:
@@ -192,9 +209,10 @@ posix._exit(0)
 """pid 1 of every box. nsjail makes the program itself the namespace's init, and the kernel
 drops signals with the default action that reach an init from inside its namespace (a
 program's own SIGTERM/SIGKILL, SIGXFSZ, SIGXCPU, SIGPIPE) and leaves orphans to it. This init
-starts the program as pid 2, reaps orphans, and reports the program's raw wait status (or the
-errno of a failed execve) through a pipe nsjail passes in (``--pass_fd``); when it exits, the
-kernel kills whatever is left in the namespace."""
+enters the working directory, starts the program as pid 2, reaps orphans, and reports the
+program's raw wait status (or the errno of a failed chdir or execve) through a pipe nsjail
+passes in (``--pass_fd``); when it exits, the kernel kills whatever is left in the
+namespace."""
 
 # ---------------------------------------------------------------------------------------------
 # Finding nsjail
@@ -304,10 +322,11 @@ _U32 = "0xffffffff"
 
 
 def _header_nr(name: str) -> int | None:
-    """``__NR_<name>`` from the installed kernel headers, if any."""
+    """``__NR_<name>`` from the installed x86_64 kernel headers, if any (for calls older than
+    the unified numbering that a Kafel might not know)."""
+    if os.uname().machine != "x86_64":
+        return None
     for p in ("/usr/include/asm/unistd_64.h", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h"):
-        if sys.maxsize <= 2**32:
-            break
         try:
             with open(p) as f:
                 text = f.read()
@@ -662,6 +681,9 @@ class _RunCgroup:
         self.base = base
         self.dirs = {c: os.path.join(d, name) for c, d in base.dirs.items()}
         self.created: list[str] = []
+        self.oom_fds: tuple[int, int] | None = None
+        """v1: an eventfd registered for the cgroup's OOM notifications, and the
+        ``memory.oom_control`` fd it watches."""
 
     @property
     def v1(self) -> bool:
@@ -680,6 +702,7 @@ class _RunCgroup:
             with contextlib.suppress(OSError):
                 _write(os.path.join(mem, "memory.swappiness"), "0")
             _write(os.path.join(self.dirs["pids"], "pids.max"), str(limits.max_pids))
+            self._watch_oom(mem)
         else:
             d = self.dirs["2"]
             _write(os.path.join(d, "memory.max"), str(limits.memory_bytes))
@@ -690,6 +713,36 @@ class _RunCgroup:
             ctl = os.path.join(d, "cgroup.subtree_control")
             for c in ("memory", "pids"):
                 _write(ctl, f"+{c}")
+
+    def _watch_oom(self, mem: str) -> None:
+        """v1 counts an OOM kill in the victim's cgroup (nsjail's, removed before we could read
+        it), but notifies the cgroup whose limit fired (this one) through an eventfd."""
+        try:
+            efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        except (AttributeError, OSError):
+            return
+        try:
+            ofd = os.open(os.path.join(mem, "memory.oom_control"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            os.close(efd)
+            return
+        try:
+            _write(os.path.join(mem, "cgroup.event_control"), f"{efd} {ofd}")
+        except OSError:
+            os.close(efd)
+            os.close(ofd)
+            return
+        self.oom_fds = (efd, ofd)
+
+    def _oom_events(self) -> int | None:
+        if self.oom_fds is None:
+            return None
+        try:
+            return os.eventfd_read(self.oom_fds[0])
+        except BlockingIOError:
+            return 0
+        except OSError:
+            return None
 
     def nsjail_flags(self, limits: Limits) -> list[str]:
         mem_max = str(limits.memory_bytes + _MEM_SLACK)
@@ -762,7 +815,7 @@ class _RunCgroup:
             return {
                 "peak": _read_int(os.path.join(mem, "memory.max_usage_in_bytes")),
                 "failcnt": _read_int(os.path.join(mem, "memory.failcnt")),
-                "oom_kill": None,
+                "oom_kill": self._oom_events(),
                 "pids_peak": _read_int(os.path.join(pids, "pids.peak")),
                 "pids_max_events": None,
             }
@@ -776,6 +829,10 @@ class _RunCgroup:
         }
 
     def remove(self) -> None:
+        if self.oom_fds is not None:
+            for fd in self.oom_fds:
+                os.close(fd)
+            self.oom_fds = None
         deadline = time.monotonic() + 2.0
         for d in reversed(self.created):
             _rmdir_tree(d, deadline)
@@ -808,22 +865,30 @@ class _Staging:
     Runs enter it with ``nsenter`` before starting nsjail; it ends when its stdin closes."""
 
     def __init__(self, stage_dir: str, sources: list[str]) -> None:
-        for tool in ("unshare", "nsenter", "mount"):
-            if shutil.which(tool) is None:
+        tools = {
+            t: shutil.which(t, path="/usr/sbin:/usr/bin:/sbin:/bin")
+            for t in ("unshare", "nsenter", "mount")
+        }
+        for tool, where in tools.items():
+            if where is None:
                 raise SandboxError(
                     f"{tool} (util-linux) is needed to bind {sources[0]} into nsjail boxes"
                 )
+        self.nsenter: str = tools["nsenter"]  # type: ignore[assignment]
         self.targets: dict[str, str] = {}
         script = ["set -e"]
         args: list[str] = []
         for i, src in enumerate(sources):
             dst = os.path.join(stage_dir, str(i))
-            os.mkdir(dst, 0o755)
+            if os.path.isdir(src):
+                os.mkdir(dst, 0o755)
+            else:
+                os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
             self.targets[src] = dst
             a, b = len(args) + 1, len(args) + 2
             args += [src, dst]
-            script.append(f'mount --rbind "${a}" "${b}"')
-            script.append(f'mount -o remount,bind,ro,nosuid,nodev "${b}"')
+            script.append(f'mount --rbind "${{{a}}}" "${{{b}}}"')
+            script.append(f'mount -o remount,bind,ro,nosuid,nodev "${{{b}}}"')
         script += ["echo ready", "exec cat > /dev/null"]
         try:
             self.proc = subprocess.Popen(
@@ -1075,6 +1140,8 @@ class _Run:
     hid: int
     run_dir: str
     work: str
+    cwd: str
+    """Working directory inside the box."""
     cgroup: _RunCgroup | None = None
 
 
@@ -1155,8 +1222,6 @@ class NsjailSandbox:
         self._in_flight = 0
         self._closed = False
         self._slots = threading.BoundedSemaphore(max_concurrency)
-        self._max_concurrency = max_concurrency
-        self._degraded = bool(degraded)
 
         self._root = tempfile.mkdtemp(prefix=f"agentrl-nsjail-{os.getpid()}-", dir=_work_parent())
         self._cgroups: _Cgroups | None = None
@@ -1379,12 +1444,11 @@ class NsjailSandbox:
         if cwd is not None and not isinstance(cwd, str):
             raise TypeError("cwd must be a str")
         if cwd is None:
-            box_cwd, rel_cwd = WORK_DIR, []
+            box_cwd = WORK_DIR
         elif cwd.startswith("/"):
-            box_cwd, rel_cwd = _absolute_box_path("cwd", cwd), None
+            box_cwd = _absolute_box_path("cwd", cwd)
         else:
-            rel_cwd = _relative_parts("cwd", cwd)
-            box_cwd = WORK_DIR + "/" + "/".join(rel_cwd)
+            box_cwd = WORK_DIR + "/" + "/".join(_relative_parts("cwd", cwd))
         run_env = dict(self._env)
         for k, v in _env_pairs("env", env):
             run_env.pop(k, None)
@@ -1400,9 +1464,7 @@ class NsjailSandbox:
             self._in_flight += 1
         try:
             with self._slots:
-                return self._run(
-                    args, data, file_list, collect_list, lim, box_cwd, rel_cwd, run_env
-                )
+                return self._run(args, data, file_list, collect_list, lim, box_cwd, run_env)
         finally:
             with self._lock:
                 self._in_flight -= 1
@@ -1438,6 +1500,12 @@ class NsjailSandbox:
         """:meth:`run` without blocking the event loop (runs on the loop's executor)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, lambda: self.run(argv, **kwargs))  # type: ignore[arg-type]
+
+    def session(self, *args: object, **kwargs: object) -> NoReturn:
+        """Not available: the nsjail backend has no work dir kept across runs."""
+        raise NotImplementedError(
+            "sessions need the native backend; the nsjail backend runs every box from scratch"
+        )
 
     def _resolve(self, prog: bytes, run: _Run, path: str) -> bytes | None:
         """The box path ``execve`` should get for ``prog`` (searched on PATH in the box's view of
@@ -1481,7 +1549,6 @@ class NsjailSandbox:
         collect: list[tuple[str, list[str]]],
         lim: Limits,
         box_cwd: str,
-        rel_cwd: list[str] | None,
         env: dict[str, str],
     ) -> ExecResult:
         hid = _IDS.take()
@@ -1492,17 +1559,11 @@ class NsjailSandbox:
             work = os.path.join(run_dir, "work")
             os.mkdir(work, 0o700)
             os.chown(work, hid, hid)
-            run = _Run(hid, run_dir, work)
+            run = _Run(hid, run_dir, work, box_cwd)
             work_fd = os.open(work, _DIR_FLAGS)
             try:
                 for parts, content in files:
                     _write_input(work_fd, parts, content, hid)
-                if rel_cwd and not _collect_dir(work_fd, rel_cwd):
-                    return ExecResult(
-                        status=Status.SANDBOX_ERROR,
-                        error="box set-up failed at entering the working directory: "
-                        "No such file or directory",
-                    )
             finally:
                 os.close(work_fd)
             exec_path = self._resolve(argv[0], run, env.get("PATH", "/usr/bin:/bin"))
@@ -1510,7 +1571,7 @@ class NsjailSandbox:
                 return ExecResult(
                     status=Status.RUNTIME_ERROR,
                     exit_code=127,
-                    stderr=b"agentrl: cannot execute " + argv[0] + b": No such file or directory\n",
+                    stderr=_cannot("execute", argv[0], errno.ENOENT),
                 )
             if self._cgroups is not None:
                 run.cgroup = self._cgroups.new_run()
@@ -1577,8 +1638,6 @@ class NsjailSandbox:
             f"{BOX_ID}:{run.hid}:1",
             "-g",
             f"{BOX_ID}:{run.hid}:1",
-            "-D",
-            box_cwd,
             # A backstop only: nsjail compares whole-second time() stamps whenever its loop
             # wakes, so a limit of N can fire anywhere from N-1 to N+1 s after the start.
             "--time_limit",
@@ -1618,9 +1677,10 @@ class NsjailSandbox:
         nsj += ["-B", f"{run.work}:{WORK_DIR}"]
         for k, v in env.items():
             nsj += ["-E", f"{k}={v}"]
-        nsj += ["--", sys.executable, "-I", "-S", "-c", _INIT, str(status_fd), exec_path, *argv]
+        init = [sys.executable, "-I", "-S", "-c", _INIT, str(status_fd), box_cwd, exec_path]
+        nsj += ["--", *init, *argv]
         if self._staging is not None:
-            nsj = ["nsenter", f"--mount={self._staging.mnt_ns}", "--", *nsj]
+            nsj = [self._staging.nsenter, f"--mount={self._staging.mnt_ns}", "--", *nsj]
         blocks = str(max(1, -(-lim.max_file_bytes // 512)))
         procs = run.cgroup.join_procs if run.cgroup is not None else None
         if procs is not None:
@@ -1786,7 +1846,7 @@ class NsjailSandbox:
                             out.feed(b)
                         elif fd == err_r:
                             err.feed(b)
-                        else:
+                        elif sum(map(len, side[fd])) < _SIDE_CAP:
                             side[fd].append(b)
             if reaped is None:
                 _pid, wstatus, rusage = os.wait4(proc.pid, 0)
@@ -1808,7 +1868,7 @@ class NsjailSandbox:
             b"".join(side[log_r]).decode(errors="replace"),
             b"".join(side[st_r]).decode(errors="replace"),
             lim,
-            cg,
+            run,
             argv,
         )
 
@@ -1823,28 +1883,34 @@ class NsjailSandbox:
         log_text: str,
         status_text: str,
         lim: Limits,
-        cg: _RunCgroup | None,
+        run: _Run,
         argv: list[bytes],
     ) -> ExecResult:
+        cg = run.cgroup
         v = _parse_log(log_text)
         cpu = rusage.ru_utime + rusage.ru_stime
         cg_cpu = cg.cpu_ns() if cg is not None else None
         if cg_cpu is not None:
             cpu = max(cpu, cg_cpu / 1e9)
-        if m := re.search(r"^exec (\d+)$", status_text, re.M):
-            e = int(m.group(1))
-            why = os.strerror(e) if e else "cannot execute"
+        # The init's report is its last line. (The program cannot write to this pipe: it belongs
+        # to host root and /proc is read-only. Taking the last line is defence in depth.)
+        lines = re.findall(r"^(status|exec|cwd) (\d+)$", status_text, re.M)
+        last = lines[-1] if lines else None
+        if last is not None and last[0] in ("exec", "cwd"):
+            # The caller's mistake (no such program or directory), as in the native backend.
+            exec_failed = last[0] == "exec"
+            what, path = ("execute", argv[0]) if exec_failed else ("enter", run.cwd.encode())
             return ExecResult(
                 status=Status.RUNTIME_ERROR,
-                exit_code=127,
-                stderr=err.data + b"agentrl: cannot execute " + argv[0] + f": {why}\n".encode(),
+                exit_code=127 if exec_failed else 126,
+                stderr=err.data + _cannot(what, path, int(last[1])),
                 wall_time_s=wall,
                 cpu_time_s=cpu,
             )
         exit_code: int | None = None
         sig: int | None = None
-        if m := re.search(r"^status (\d+)$", status_text, re.M):
-            raw = int(m.group(1))
+        if last is not None:
+            raw = int(last[1])
             if os.WIFEXITED(raw):
                 exit_code = os.WEXITSTATUS(raw)
             else:
@@ -1856,9 +1922,7 @@ class NsjailSandbox:
             if killed is None and (failed or "Executing '" not in log_text):
                 tail = err.data.decode(errors="replace").strip()[-500:]
                 detail = "; ".join(v.errors[-3:]) or f"nsjail exited with status {rc}: {tail}"
-                if any("chdir" in e for e in v.errors):
-                    detail = f"box set-up failed at entering the working directory: {detail}"
-                elif rc == 125:
+                if rc == 125:
                     detail = "cannot place nsjail in the run's cgroup or set its file size limit"
                 return ExecResult(status=Status.SANDBOX_ERROR, error=detail, wall_time_s=wall)
             sig = v.signal if v.signal is not None else signal.SIGKILL
@@ -1867,9 +1931,9 @@ class NsjailSandbox:
         if v.time_limit and killed is None:
             killed = "wall_time"
         usage = cg.usage() if cg is not None else {}
-        if usage.get("oom_kill") is not None:
+        if usage.get("oom_kill") is not None:  # v1: OOM eventfd; v2: memory.events oom_kill
             oom = bool(usage["oom_kill"])
-        else:  # v1: the limit was hit and the run died of SIGKILL that we did not send
+        else:  # no OOM notification: the limit was hit, and a SIGKILL we did not send
             oom = bool(usage.get("failcnt")) and sig == signal.SIGKILL and killed is None
         pids_peak, pids_events = usage.get("pids_peak"), usage.get("pids_max_events")
         pids_hit = bool(pids_events) or (pids_peak is not None and pids_peak >= lim.max_pids)
@@ -1931,25 +1995,15 @@ def _restage(arg: object, targets: Mapping[str, str]) -> object:
     return f"{targets[src]}:{dst}" if src in targets else arg
 
 
-def _collect_dir(work_fd: int, parts: list[str]) -> bool:
-    """Whether ``parts`` is a directory below ``work_fd`` (no symlinks)."""
-    fds = []
-    try:
-        fd = work_fd
-        for comp in parts:
-            fd = os.open(comp, _DIR_FLAGS, dir_fd=fd)
-            fds.append(fd)
-        return True
-    except OSError:
-        return False
-    finally:
-        for f in fds:
-            os.close(f)
+def _cannot(what: str, path: bytes, err: int) -> bytes:
+    """The native backend's message for a program or working directory that cannot be used
+    (``what`` is ``execute`` or ``enter``)."""
+    obj = b"" if what == "execute" else b"the working directory "
+    text = f"{os.strerror(err) if err else 'unknown error'} (os error {err})"
+    return b"agentrl: cannot " + what.encode() + b" " + obj + path + b": " + text.encode() + b"\n"
 
 
 def _replace(r: ExecResult, **changes: object) -> ExecResult:
-    import dataclasses
-
     return dataclasses.replace(r, **changes)  # type: ignore[arg-type]
 
 

@@ -34,6 +34,7 @@ pub mod config;
 pub mod error;
 pub mod fdpass;
 pub mod ids;
+pub mod init;
 pub mod limits;
 pub mod mounts;
 pub mod net;

@@ -600,6 +600,11 @@ impl Template {
                 generated.push(("etc/hosts", h));
             }
         }
+        // The box's init (see `crate::init`).
+        let init_rel = rel(Path::new(crate::init::PATH));
+        make_parents(d, init_rel).map_err(err("creating /.agentrl".into()))?;
+        write_file_at(d, init_rel, &crate::init::elf(), 0o755)
+            .map_err(err("writing the init".into()))?;
         // The warm interpreter's copy of the extension module (copied, not bound: a bind would
         // show its host path in the box's mountinfo).
         if let Some(module) = &layout.core_module {

@@ -205,7 +205,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         &mut err,
     );
     let wall = started.elapsed().as_secs_f64();
-    let exit = match live.reaper {
+    let mut exit = match live.reaper {
         Reaper::Wait4(pid) => supervise::reap(pid),
         Reaper::Zygote => match zygote::wait_exit(slot) {
             Ok(e) => e,
@@ -215,6 +215,18 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
             }
         },
     };
+    // The box's init reports how the program (pid 2) ended; without that report (the init
+    // was killed with the whole box) only what the supervisor itself did can explain it.
+    match read_exit_record(status_r.as_fd()) {
+        Some(st) => exit.wait_status = st,
+        None if w.killed.is_none() && !slot_oom(slot) => {
+            return Err(format!(
+                "the box ended without its init's report (init wait status {:#x})",
+                exit.wait_status
+            ));
+        }
+        None => {}
+    }
     drop(sock_parent);
     if w.killed == Some(Kill::Cancelled) {
         return Err("the run was cancelled".into());
@@ -363,6 +375,10 @@ pub(crate) struct BoxSpec<'a> {
     pub zygote_control: Option<BorrowedFd<'a>>,
     /// For a session step: the overlay to attach at `/work`.
     pub work_mount: Option<BorrowedFd<'a>>,
+    /// Host uid that owns the box's user namespace: the kernel charges the box's per-user
+    /// counts (inotify instances, user namespaces, ...) to it, so it must be the box's own
+    /// unprivileged uid, never root (whose limits the host itself lives on).
+    pub owner: u32,
 }
 
 /// Clones a new box in the slot and waits until it has exec'd. Returns `(pid, pidfd)` or
@@ -410,6 +426,8 @@ pub(crate) fn clone_box(
         filter: &shared.filter,
         zygote_control: spec.zygote_control.map(|f| f.as_raw_fd()).unwrap_or(-1),
         work_mount_fd: spec.work_mount.map(|f| f.as_raw_fd()).unwrap_or(-1),
+        stack2_top: slot.stack2.top(),
+        init_path: &slot.init_path,
     };
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -419,8 +437,28 @@ pub(crate) fn clone_box(
     // SAFETY: plan and everything it points to live until this function returns, by which
     // time the child has exec'd or been reaped; the stack belongs to this slot, which launches
     // one child at a time; the slot thread blocks every signal.
-    let (pid, pidfd) = unsafe { spawn::clone_child(&plan, &slot.stack, flags) }
-        .map_err(|e| format!("clone: {e}"))?;
+    // The new user namespace is owned by the creator's effective uid: switch this thread
+    // (raw setresuid: this thread only, not the whole process as glibc's wrapper would) to
+    // the box's host uid around the clone. The saved uid stays 0, so switching back needs no
+    // capability, and the effective capabilities come back with it.
+    // SAFETY: setresuid with -1 for the ids left unchanged.
+    if unsafe { libc::syscall(libc::SYS_setresuid, -1i32, spec.owner, -1i32) } < 0 {
+        return Err(format!(
+            "switching to the box's host uid: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: see above.
+    let cloned = unsafe { spawn::clone_child(&plan, &slot.stack, flags) };
+    // SAFETY: back to effective uid 0 (the saved uid).
+    if unsafe { libc::syscall(libc::SYS_setresuid, -1i32, 0, -1i32) } < 0 {
+        // The slot thread can no longer manage boxes; this must not happen.
+        panic!(
+            "cannot switch the slot thread back to root: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let (pid, pidfd) = cloned.map_err(|e| format!("clone: {e}"))?;
     // SAFETY: fresh pidfd from clone.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     drop(sync_r);
@@ -484,8 +522,11 @@ fn launch_cold(
         env: &run.env,
         cwd: &run.cwd,
         rlimits: &rlimits,
+        // The box's init is root of the user namespace on the slot's second host id; the
+        // program is the box user on the first (or on the session's).
         id_map: format!(
-            "{BOX_ID} {} 1\n",
+            "0 {} 1\n{BOX_ID} {} 1\n",
+            slot.zygote_host_id,
             run.session
                 .as_ref()
                 .map(|(_, id)| *id)
@@ -493,6 +534,11 @@ fn launch_cold(
         ),
         zygote_control: None,
         work_mount: run.session.as_ref().map(|(m, _)| m.as_fd()),
+        owner: run
+            .session
+            .as_ref()
+            .map(|(_, id)| *id)
+            .unwrap_or(slot.host_id),
     };
     match clone_box(shared, slot, &spec, fds, status)? {
         Err((step, errno)) => Ok(Launch::ExecFailed(step, errno)),
@@ -573,11 +619,41 @@ pub(crate) fn read_status(
     let step = u32::from_ne_bytes([rec[0], rec[1], rec[2], rec[3]]);
     let errno = i32::from_ne_bytes([rec[4], rec[5], rec[6], rec[7]]);
     match Step::from_u32(step) {
+        // The program started (pid 1 is becoming its init).
+        Some(Step::Started) => Ok(None),
         Some(s) => Ok(Some((s, errno))),
         None => Err(format!(
             "box set-up failed at an unknown step {step}: errno {errno}"
         )),
     }
+}
+
+/// The 4-byte wait status the box's init writes when the program exits, if any.
+fn read_exit_record(status_r: BorrowedFd<'_>) -> Option<i32> {
+    let mut b = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        // SAFETY: reading into the rest of a valid buffer; every writer is gone, so this
+        // cannot block.
+        let n = unsafe { libc::read(status_r.as_raw_fd(), b[got..].as_mut_ptr().cast(), 4 - got) };
+        if n > 0 {
+            got += n as usize;
+        } else if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {
+            continue;
+        } else {
+            break;
+        }
+    }
+    (got == 4).then(|| i32::from_ne_bytes(b))
+}
+
+/// Whether the slot's cgroup OOM-killed something in the run that just ended.
+fn slot_oom(slot: &Slot) -> bool {
+    slot.cgroup
+        .as_ref()
+        .and_then(|c| c.usage().ok())
+        .is_some_and(|u| u.oom_killed)
 }
 
 /// SIGKILL through a pidfd.

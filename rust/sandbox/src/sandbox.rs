@@ -486,6 +486,9 @@ fn start_slot(shared: &Arc<Shared>) -> Result<()> {
 pub(crate) struct Slot {
     pub paths: ChildPaths,
     pub stack: ChildStack,
+    /// The program's own stack (pid 2 of a box, started by pid 1).
+    pub stack2: ChildStack,
+    pub init_path: CString,
     pub cgroup: Option<cgroup::Slot>,
     /// Host uid/gid of the box user of this slot.
     pub host_id: u32,
@@ -638,9 +641,13 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         .and_then(|i| shared.config.host_id_base.checked_add(i))
         .filter(|i| i.checked_add(1).is_some())
         .ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
+    let stack2 =
+        ChildStack::new(128 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;
     Ok(Slot {
         paths,
         stack,
+        stack2,
+        init_path: CString::new(crate::init::PATH).expect("no NUL"),
         cgroup,
         host_id,
         zygote_host_id: host_id + 1,

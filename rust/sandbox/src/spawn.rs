@@ -26,7 +26,7 @@
 //! 7. seccomp, last: install the filter, hand its listener fd to the supervisor, close it;
 //! 8. `execve` (each `PATH` candidate in turn).
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::fd::RawFd;
 
 use crate::mounts::ChildPaths;
@@ -67,13 +67,16 @@ pub enum Step {
     Seccomp,
     SendListener,
     Exec,
+    Spawn,
+    /// Not a failure: the program has started (pid 1 is becoming its init).
+    Started,
 }
 
 impl Step {
     /// Decodes a step number.
     pub fn from_u32(v: u32) -> Option<Step> {
         use Step::*;
-        const ALL: [Step; 30] = [
+        const ALL: [Step; 32] = [
             Sync,
             BindRoot,
             MountRun,
@@ -104,6 +107,8 @@ impl Step {
             Seccomp,
             SendListener,
             Exec,
+            Spawn,
+            Started,
         ];
         ALL.iter().copied().find(|s| *s as u32 == v)
     }
@@ -142,6 +147,8 @@ impl Step {
             Seccomp => "installing the seccomp filter",
             SendListener => "handing the seccomp listener to the supervisor",
             Exec => "execve",
+            Spawn => "starting the program's process",
+            Started => "started",
         }
     }
 }
@@ -174,6 +181,10 @@ pub struct ChildPlan<'a> {
     pub zygote_control: RawFd,
     /// `-1`, or a detached mount to attach at `/work` instead of the run tmpfs's `work/`.
     pub work_mount_fd: RawFd,
+    /// Top of the second stack, for the program's own process (pid 2).
+    pub stack2_top: *mut c_void,
+    /// `/.agentrl/init`.
+    pub init_path: &'a CStr,
 }
 
 const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
@@ -181,6 +192,22 @@ const EMPTY: &[u8] = b"\0";
 const ROOT: &[u8] = b"/\0";
 const DOT: &[u8] = b".\0";
 const PROC: &[u8] = b"proc\0";
+
+/// Writes one 8-byte status record (step, errno). Async-signal-safe.
+#[inline(always)]
+fn write_record(fd: RawFd, step: Step, errno: i32) {
+    let mut rec = [0u8; 8];
+    let s = (step as u32).to_ne_bytes();
+    let e = errno.to_ne_bytes();
+    let mut i = 0;
+    while i < 4 {
+        rec[i] = s[i];
+        rec[4 + i] = e[i];
+        i += 1;
+    }
+    // SAFETY: rec is a valid 8-byte buffer; a failed write changes nothing.
+    unsafe { syscall3(libc::SYS_write, fd as usize, rec.as_ptr() as usize, 8) };
+}
 
 #[inline(always)]
 fn report(fd: RawFd, step: Step, errno: i32) -> ! {
@@ -451,9 +478,10 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             );
         }
 
-        // 5. Identity. A warm interpreter stays root of its user namespace (an unprivileged
-        // host id) and keeps its capabilities there; it only runs agentrl's own bootstrap.
+        // 5. Identity, and the program's own process.
         if p.zygote_control >= 0 {
+            // A warm interpreter stays root of its user namespace (an unprivileged host id)
+            // and keeps its capabilities there; it only runs agentrl's own bootstrap.
             step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
             step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, 0, 0, 0));
             step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, 0, 0, 0));
@@ -477,78 +505,177 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             } else {
                 step!(p, Step::Stdio, syscall3(libc::SYS_dup3, fd, 3, 0));
             }
-        } else {
-            let mut cap = 0;
-            while cap <= p.cap_last {
-                step!(
-                    p,
-                    Step::CapBound,
-                    syscall3(
-                        libc::SYS_prctl,
-                        libc::PR_CAPBSET_DROP as usize,
-                        cap as usize,
-                        0
-                    )
-                );
-                cap += 1;
-            }
-            step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
-            let id = p.box_id as usize;
-            step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, id, id, id));
-            step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, id, id, id));
-            let header = CapHeader {
-                version: 0x2008_0522,
-                pid: 0,
-            };
-            let data = [CapData::default(), CapData::default()];
-            step!(
-                p,
-                Step::Capset,
-                syscall3(
-                    libc::SYS_capset,
-                    &header as *const CapHeader as usize,
-                    data.as_ptr() as usize,
-                    0
-                )
-            );
-            step!(
-                p,
-                Step::Capset,
-                syscall6(
-                    libc::SYS_prctl,
-                    libc::PR_CAP_AMBIENT as usize,
-                    libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            );
-            step!(
-                p,
-                Step::NoNewPrivs,
-                syscall6(
-                    libc::SYS_prctl,
-                    libc::PR_SET_NO_NEW_PRIVS as usize,
-                    1,
-                    0,
-                    0,
-                    0,
-                    0
-                )
-            );
-            step!(
-                p,
-                Step::DeathSig,
-                syscall3(
-                    libc::SYS_prctl,
-                    libc::PR_SET_PDEATHSIG as usize,
-                    libc::SIGKILL as usize,
-                    0
-                )
-            );
+            program_tail(p)
         }
+        // This process is pid 1 of the box. It becomes root of the user namespace on the
+        // slot's second unprivileged host id, starts the program as pid 2 (a vfork on the
+        // second stack: the program's own set-up runs in `program_main`), then drops what it
+        // had and becomes the box's init (see `crate::init`).
+        step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
+        step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, 0, 0, 0));
+        step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, 0, 0, 0));
+        step!(
+            p,
+            Step::DeathSig,
+            syscall3(
+                libc::SYS_prctl,
+                libc::PR_SET_PDEATHSIG as usize,
+                libc::SIGKILL as usize,
+                0
+            )
+        );
+        let pid2 = libc::clone(
+            program_entry,
+            p.stack2_top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            p as *const ChildPlan<'_> as *mut c_void,
+        );
+        if pid2 < 0 {
+            report(p.status_write, Step::Spawn, libc::EAGAIN);
+        }
+        // The program has exec'd, or reported its failure and exited.
+        drop_capabilities(p);
+        step!(
+            p,
+            Step::NoNewPrivs,
+            syscall6(
+                libc::SYS_prctl,
+                libc::PR_SET_NO_NEW_PRIVS as usize,
+                1,
+                0,
+                0,
+                0,
+                0
+            )
+        );
+        // Once "started" is written the supervisor may free the plan: copy what is still
+        // needed (the init's path lives in the slot, which outlives the box).
+        let status = p.status_write;
+        let init = p.init_path.as_ptr();
+        write_record(status, Step::Started, 0);
+        if status == 3 {
+            syscall3(libc::SYS_fcntl, 3, libc::F_SETFD as usize, 0);
+        } else {
+            syscall3(libc::SYS_dup3, status as usize, 3, 0);
+        }
+        syscall3(libc::SYS_close_range, 0, 2, 0);
+        syscall3(libc::SYS_close_range, 4, u32::MAX as usize, 0);
+        let init_argv: [*const c_char; 2] = [init, std::ptr::null()];
+        let init_envp: [*const c_char; 1] = [std::ptr::null()];
+        syscall3(
+            libc::SYS_execve,
+            init as usize,
+            init_argv.as_ptr() as usize,
+            init_envp.as_ptr() as usize,
+        );
+        // Without its init the box cannot report: the supervisor sees no exit record.
+        syscall3(libc::SYS_exit_group, 126, 0, 0);
+        #[allow(clippy::empty_loop)]
+        loop {}
+    }
+}
 
+/// Clears every capability set (the bounding set is left to the caller).
+///
+/// # Safety
+/// Raw system calls with valid stack buffers only.
+unsafe fn drop_capabilities(p: &ChildPlan<'_>) {
+    let header = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [CapData::default(), CapData::default()];
+    // SAFETY: capset with a valid header and two data entries (version 3).
+    unsafe {
+        step!(
+            p,
+            Step::Capset,
+            syscall3(
+                libc::SYS_capset,
+                &header as *const CapHeader as usize,
+                data.as_ptr() as usize,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::Capset,
+            syscall6(
+                libc::SYS_prctl,
+                libc::PR_CAP_AMBIENT as usize,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as usize,
+                0,
+                0,
+                0,
+                0
+            )
+        );
+    }
+}
+
+/// Entry of pid 2, the program (a vfork of pid 1 on the plan's second stack).
+extern "C" fn program_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: pid 1 passes its plan, which outlives this process's use of it (pid 1 is
+    // suspended until this process execs or exits).
+    let p = unsafe { &*(arg as *const ChildPlan<'_>) };
+    // SAFETY: raw system calls over the plan, as in child_main.
+    unsafe { program_main(p) }
+}
+
+/// pid 2: the box user, no capabilities, `no_new_privs`, then [`program_tail`].
+unsafe fn program_main(p: &ChildPlan<'_>) -> ! {
+    // SAFETY (whole function): raw system calls on buffers the plan owns.
+    unsafe {
+        let mut cap = 0;
+        while cap <= p.cap_last {
+            step!(
+                p,
+                Step::CapBound,
+                syscall3(
+                    libc::SYS_prctl,
+                    libc::PR_CAPBSET_DROP as usize,
+                    cap as usize,
+                    0
+                )
+            );
+            cap += 1;
+        }
+        step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
+        let id = p.box_id as usize;
+        step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, id, id, id));
+        step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, id, id, id));
+        drop_capabilities(p);
+        step!(
+            p,
+            Step::NoNewPrivs,
+            syscall6(
+                libc::SYS_prctl,
+                libc::PR_SET_NO_NEW_PRIVS as usize,
+                1,
+                0,
+                0,
+                0,
+                0
+            )
+        );
+        step!(
+            p,
+            Step::DeathSig,
+            syscall3(
+                libc::SYS_prctl,
+                libc::PR_SET_PDEATHSIG as usize,
+                libc::SIGKILL as usize,
+                0
+            )
+        );
+        program_tail(p)
+    }
+}
+
+/// Working directory, signals, seccomp (not for a warm interpreter) and `execve`.
+unsafe fn program_tail(p: &ChildPlan<'_>) -> ! {
+    // SAFETY (whole function): raw system calls on buffers the plan owns.
+    unsafe {
         // 6. Working directory and signals.
         step!(
             p,

@@ -131,6 +131,7 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
         id_map: format!("0 {} 1\n{BOX_ID} {} 1\n", slot.zygote_host_id, slot.host_id),
         zygote_control: Some(ctl_child.as_fd()),
         work_mount: None,
+        owner: slot.host_id,
     };
     let fds = ChildFds {
         run_mount: runfs.mount.as_fd(),
@@ -446,6 +447,52 @@ pub fn interpreter_init() {
     });
 }
 
+/// Clears every capability set of the calling thread.
+fn clear_capabilities() -> Result<(), i32> {
+    let header = [0x2008_0522u32, 0];
+    let data = [0u32; 6];
+    // SAFETY: capset with a version-3 header and two data entries; prctl with flags only.
+    unsafe {
+        if libc::syscall(libc::SYS_capset, header.as_ptr(), data.as_ptr()) < 0
+            || libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) < 0
+        {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EPERM));
+        }
+    }
+    Ok(())
+}
+
+/// pid 1 of a warm run, once the program is forked: drop everything and exec the box's init
+/// with the status pipe as its fd 3. Never returns.
+fn become_init(status: RawFd) -> ! {
+    let path = CString::new(crate::init::PATH).expect("no NUL");
+    // SAFETY: plain system calls on valid fds and NUL-terminated strings; the process ends in
+    // execve or _exit.
+    unsafe {
+        let _ = clear_capabilities();
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        if status == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0);
+        } else {
+            libc::dup2(status, 3);
+        }
+        libc::syscall(libc::SYS_close_range, 0u32, 2u32, 0u32);
+        libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
+        let argv = [path.as_ptr(), std::ptr::null()];
+        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+        libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        libc::_exit(126)
+    }
+}
+
 /// The interpreter's own pid namespace (opened once).
 static OWN_PID_NS: OnceLock<std::io::Result<OwnedFd>> = OnceLock::new();
 
@@ -614,15 +661,6 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
             Step::RemountProcSys,
         );
         ok(libc::setsid(), Step::Setsid);
-        // The OOM killer must pick the run, never its interpreter: a run that fills its
-        // cgroup with tmpfs pages (which count to no process) would otherwise leave the
-        // interpreter as the largest process. Raising one's own score needs no privilege.
-        let adj = c("/proc/self/oom_score_adj");
-        let fd = libc::open(adj.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 || libc::write(fd, b"1000".as_ptr().cast(), 4) != 4 {
-            fail(Step::Setsid, last());
-        }
-        libc::close(fd);
         for (fd, target) in [(fds[1], 0), (fds[2], 1), (fds[3], 2)] {
             ok(libc::dup2(fd, target), Step::Stdio);
         }
@@ -632,6 +670,30 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
                 Step::Rlimit,
             );
         }
+        // Wait until the supervisor has moved this process into the slot's cgroup (the
+        // program, forked below, starts there).
+        let mut b = [0u8; 1];
+        if libc::read(fds[6], b.as_mut_ptr().cast(), 1) != 1 {
+            fail(Step::Sync, libc::EPIPE);
+        }
+        // This process is pid 1 of the run: the program is its child (pid 2), and it
+        // becomes the run's init (see `crate::init`), as in a cold run.
+        let pid = libc::fork();
+        if pid < 0 {
+            fail(Step::Spawn, last());
+        }
+        if pid > 0 {
+            become_init(fds[4]);
+        }
+        // The OOM killer must pick the run, never its interpreter: a run that fills its
+        // cgroup with tmpfs pages (which count to no process) would otherwise leave the
+        // interpreter as the largest process. Raising one's own score needs no privilege.
+        let adj = c("/proc/self/oom_score_adj");
+        let fd = libc::open(adj.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 || libc::write(fd, b"1000".as_ptr().cast(), 4) != 4 {
+            fail(Step::Setsid, last());
+        }
+        libc::close(fd);
         let cap_last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -648,22 +710,7 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
         // Changing uid made the process non-dumpable (root-owned /proc/self files); an
         // execve would have made it dumpable again, as a cold run is.
         ok(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0), Step::Setuid);
-        let header = [0x2008_0522u32, 0];
-        let data = [0u32; 6];
-        ok(
-            libc::syscall(libc::SYS_capset, header.as_ptr(), data.as_ptr()) as libc::c_int,
-            Step::Capset,
-        );
-        ok(
-            libc::prctl(
-                libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ),
-            Step::Capset,
-        );
+        clear_capabilities().unwrap_or_else(|e| fail(Step::Capset, e));
         ok(
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
             Step::NoNewPrivs,
@@ -690,11 +737,9 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
             fail(Step::SendListener, last());
         }
         libc::close(listener);
-        // Wait until the supervisor has moved this process into the slot's cgroup.
-        let mut b = [0u8; 1];
-        if libc::read(fds[6], b.as_mut_ptr().cast(), 1) != 1 {
-            fail(Step::Sync, libc::EPIPE);
-        }
+        let mut rec = [0u8; 8];
+        rec[..4].copy_from_slice(&(Step::Started as u32).to_ne_bytes());
+        libc::write(status, rec.as_ptr().cast(), 8);
         // Nothing of the interpreter's stays open: not its control socket, not the request.
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }

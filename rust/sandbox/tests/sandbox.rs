@@ -179,8 +179,8 @@ fn identity_and_view() {
         "host dirs visible: {out}"
     );
     assert!(
-        lines.contains(&"1"),
-        "the shell is not pid 1 of its namespace: {out}"
+        lines.contains(&"2"),
+        "the shell is not pid 2 (under the box init) of its namespace: {out}"
     );
 }
 
@@ -328,4 +328,26 @@ fn sessions_persist_reset_and_branch() {
     let mut req = sh("true");
     req.session = Some(s.clone());
     assert!(matches!(sb.run(req), Err(Error::Closed)));
+}
+
+#[test]
+fn the_program_is_not_init_signals_and_file_size_work() {
+    let r = sandbox().run(sh("kill -TERM $$; sleep 5")).unwrap();
+    assert_eq!(
+        (r.status, r.signal),
+        (Status::Signaled, Some(libc::SIGTERM)),
+        "{r:?}"
+    );
+    let mut req = sh("exec head -c 3000000 /dev/zero > big");
+    req.limits = limits(|l| l.max_file_bytes = 1 << 20);
+    let r = sandbox().run(req).unwrap();
+    assert_eq!(r.status, Status::Signaled, "{r:?}");
+    assert_eq!(r.limit, Some(LimitKind::FileSize), "{r:?}");
+    // Orphans are reaped by the box's init; the program's exit status is still its own.
+    let r = sandbox().run(sh("(sleep 0.1 &) ; exit 7")).unwrap();
+    assert_eq!(
+        (r.status, r.exit_code),
+        (Status::RuntimeError, Some(7)),
+        "{r:?}"
+    );
 }

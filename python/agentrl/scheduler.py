@@ -1,0 +1,633 @@
+"""Rollout scheduling: many concurrent episodes, batched generation, overlapped environment.
+
+Each episode alternates a *generation step* (the policy produces an action for the latest
+observation) and an *environment step* (``env.step(action)``, typically sandbox jobs on a
+:class:`agentrl.SandboxPool`). The scheduler batches the episodes waiting for generation,
+so the generator (an inference server, a model in this process) sees full batches while the
+environment steps of other episodes run on the pool: generation and execution overlap.
+
+Usage::
+
+    async def generate(episodes):           # or a plain function: it runs in a thread
+        return [policy(ep.observation) for ep in episodes]
+
+    class CodeEnv:
+        def __init__(self, task, pool): ...
+        async def reset(self, task): return task.prompt
+        async def step(self, action):
+            r = await self.pool.run_python(action)
+            return r.stdout, float(r.ok), True, {"status": r.status}
+
+    async with SandboxPool() as pool, RolloutScheduler(
+        generate, lambda task: CodeEnv(task, pool), pool=pool,
+        config=SchedulerConfig(batch_size=64, max_staleness=1),
+    ) as sched:
+        sched.feed(tasks, group_size=8)
+        async for group in sched.groups():
+            train(group)
+            sched.set_policy_version(sched.version + 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import inspect
+import itertools
+import logging
+import time
+import traceback
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrl._jobs import _percentiles
+
+__all__ = [
+    "Episode",
+    "EpisodeGroup",
+    "EpisodeStatus",
+    "RolloutScheduler",
+    "SchedulerConfig",
+    "Turn",
+]
+
+log = logging.getLogger("agentrl.scheduler")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Configuration of a :class:`RolloutScheduler`."""
+
+    batch_size: int = 64
+    """Episodes per trainer batch: the unit of the staleness bound."""
+    max_staleness: int | None = 1
+    """AReaL's bound: at most ``(max_staleness + version + 1) * batch_size`` episodes are ever
+    started by policy ``version``, so no episode lags the trainer by more than this many
+    versions. An aborted and re-queued episode is counted once. None: no bound."""
+    max_inflight: int = 256
+    """Most episodes running at once, counting those of finished groups that wait for room
+    on the output queue."""
+    max_batch: int = 64
+    """Most episodes in one call of ``generate``."""
+    batch_wait_s: float = 0.002
+    """Once one episode waits for generation, how long to wait for more before calling
+    ``generate`` with what is ready (a full batch goes at once)."""
+    generate_concurrency: int = 1
+    """Calls of ``generate`` in flight at once (e.g. one per inference server)."""
+    on_policy_update: str = "continue"
+    """On :meth:`RolloutScheduler.set_policy_version`: ``"continue"`` keeps in-flight
+    episodes running (each turn is tagged with the version that generated it); ``"abort"``
+    stops unfinished episodes (their sandbox jobs are cancelled) and re-queues them first."""
+    output_capacity: int = 16
+    """Finished groups the output queue holds before finished episodes wait (and, through
+    ``max_inflight``, admission stops)."""
+    max_turns: int | None = None
+    """Turns after which an episode ends as ``truncated``. None: no limit."""
+    isolate_generation_errors: bool = True
+    """When ``generate`` raises for a batch, call it again once per episode so that only the
+    episodes whose call raises fail; otherwise the whole batch fails."""
+    sync_env_in_thread: bool = True
+    """Run plain (non-async) ``reset``/``step`` methods in a thread so they cannot block the
+    event loop."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_inflight", "max_batch", "generate_concurrency"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        for name in ("max_staleness", "max_turns"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name} must be a non-negative int or None, got {v!r}")
+        if self.output_capacity < 1:
+            raise ValueError(f"output_capacity must be positive, got {self.output_capacity}")
+        if not self.batch_wait_s >= 0:
+            raise ValueError(f"batch_wait_s must be non-negative, got {self.batch_wait_s}")
+        if self.on_policy_update not in ("continue", "abort"):
+            raise ValueError('on_policy_update must be "continue" or "abort"')
+
+
+class EpisodeStatus(str, enum.Enum):
+    """Where an episode is."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    """The environment said done."""
+    TRUNCATED = "truncated"
+    """It reached ``max_turns``."""
+    FAILED = "failed"
+    """Its environment or generation raised; see ``error``."""
+
+
+@dataclass
+class Turn:
+    """One generation step and the environment step that answered it."""
+
+    observation: Any
+    """What the policy saw."""
+    action: Any
+    """What ``generate`` returned for this episode."""
+    version: int
+    """Policy version when the ``generate`` call that made the action started."""
+    reward: float = 0.0
+    info: Any = None
+
+
+@dataclass
+class Episode:
+    """One rollout: the unit ``generate`` receives (in batches) and groups are made of."""
+
+    id: int
+    group_id: int
+    index: int
+    """Position within its group."""
+    task: Any
+    observation: Any = None
+    """The latest observation (what the next generation step answers)."""
+    turns: list[Turn] = field(default_factory=list)
+    status: EpisodeStatus = EpisodeStatus.PENDING
+    error: BaseException | None = None
+    traceback: str | None = None
+    start_version: int = -1
+    """Policy version when it was (last) admitted."""
+    admitted_as: int = -1
+    """Its rank among all admitted episodes (1-based); the staleness bound applies to it."""
+    restarts: int = 0
+    """Times it was aborted by a policy update and re-queued."""
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.turns)
+
+    @property
+    def versions(self) -> tuple[int, ...]:
+        """Distinct policy versions of its turns, in order."""
+        return tuple(dict.fromkeys(t.version for t in self.turns))
+
+
+@dataclass
+class EpisodeGroup:
+    """The episodes of one task, delivered together once all have finished."""
+
+    id: int
+    task: Any
+    episodes: list[Episode]
+
+    @property
+    def ok(self) -> bool:
+        """No episode failed."""
+        return all(e.status is not EpisodeStatus.FAILED for e in self.episodes)
+
+    @property
+    def failed(self) -> list[Episode]:
+        return [e for e in self.episodes if e.status is EpisodeStatus.FAILED]
+
+
+_END = object()
+
+
+class _EpisodeCancelled(Exception):
+    """A sandbox job of the episode was cancelled by someone else (not an abort)."""
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with an async __call__
+    )
+
+
+class RolloutScheduler:
+    """Runs episodes concurrently; see the module docs and :class:`SchedulerConfig`.
+
+    ``generate(episodes) -> actions``: one action per episode, in order (an exception
+    instance in place of an action fails that episode only); a coroutine function is
+    awaited on the loop, a plain function runs in a thread. ``env_factory(task)`` makes the
+    environment of one episode: ``reset(task) -> observation`` and ``step(action) ->
+    (observation, reward, done[, info])``, async or plain; its optional ``close()`` is
+    called at the end. ``pool``: the :class:`SandboxPool` the environments use, for stats.
+
+    Use it inside a running loop (``async with``), feed tasks with :meth:`submit_group` or
+    :meth:`feed`, consume :meth:`groups`. Only the loop thread may call its methods.
+    """
+
+    def __init__(
+        self,
+        generate: Callable[[list[Episode]], Any],
+        env_factory: Callable[[Any], Any],
+        *,
+        pool: Any = None,
+        config: SchedulerConfig | None = None,
+        version: int = 0,
+    ) -> None:
+        self.config = config or SchedulerConfig()
+        self.pool = pool
+        self._generate = generate
+        self._gen_async = _is_async(generate)
+        self._env_factory = env_factory
+        self._version = int(version)
+        self._ids = itertools.count(1)
+        self._group_ids = itertools.count(1)
+        self._pending: deque[Episode] = deque()
+        self._groups: dict[int, tuple[EpisodeGroup, list[int]]] = {}
+        self._tasks: dict[int, tuple[Episode, asyncio.Task]] = {}
+        self._abort: set[int] = set()
+        self._ready: deque[tuple[Episode, asyncio.Future]] = deque()
+        self._ready_event: asyncio.Event | None = None
+        self._full_event: asyncio.Event | None = None
+        self._want_tasks: asyncio.Event | None = None
+        self._output: asyncio.Queue | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bg: set[asyncio.Task] = set()
+        self._feeders = 0
+        self._input_ended = False
+        self._exhausted = False
+        self._closed = False
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # Counters.
+        self._started = 0
+        self._inflight = 0
+        self._in_generation = 0
+        self._in_env = 0
+        self._delivering = 0
+        self._n = dict.fromkeys(
+            ("episodes", "failed", "truncated", "aborted", "groups", "gen_calls", "gen_items"), 0
+        )
+        self._idle_s = 0.0
+        self._t0 = time.monotonic()
+        self._env_latency: deque[float] = deque(maxlen=10_000)
+
+    # ---- lifecycle
+    async def start(self) -> RolloutScheduler:
+        """Starts the generation workers on the running loop (``async with`` does this)."""
+        if self._loop is not None:
+            return self
+        self._loop = asyncio.get_running_loop()
+        self._ready_event, self._full_event = asyncio.Event(), asyncio.Event()
+        self._want_tasks = asyncio.Event()
+        self._output = asyncio.Queue(self.config.output_capacity)
+        if not self._gen_async:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self.config.generate_concurrency, thread_name_prefix="agentrl-generate"
+            )
+        self._t0 = time.monotonic()
+        for _ in range(self.config.generate_concurrency):
+            self._spawn(self._generation_worker())
+        self._admit()
+        return self
+
+    async def __aenter__(self) -> RolloutScheduler:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stops everything: unfinished episodes are dropped (their sandbox jobs cancelled),
+        groups already delivered stay readable from :meth:`groups`. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [t for _, t in self._tasks.values()] + list(self._bg)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._executor is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
+        self._exhausted = True
+        if self._output is not None and not self._output.full():
+            self._output.put_nowait(_END)  # wakes a consumer blocked in `groups`
+
+    def _spawn(self, coro: Any) -> asyncio.Task:
+        assert self._loop is not None
+        t = self._loop.create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+        return t
+
+    # ---- input
+    def submit_group(self, task: Any, n: int = 1) -> int:
+        """Queues ``n`` episodes of ``task`` that leave together as one group; returns its id."""
+        if self._closed or self._input_ended:
+            raise RuntimeError("the scheduler takes no more tasks")
+        c = self.config
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
+        if c.max_staleness is not None and n > (c.max_staleness + 1) * c.batch_size:
+            raise ValueError(f"a group of {n} exceeds the staleness window of one version")
+        gid = next(self._group_ids)
+        eps = [Episode(next(self._ids), gid, i, task) for i in range(n)]
+        self._groups[gid] = (EpisodeGroup(gid, task, eps), [0])
+        self._pending.extend(eps)
+        self._admit()
+        return gid
+
+    def feed(
+        self, tasks: Iterable[Any] | AsyncIterable[Any], group_size: int = 1, *, last: bool = True
+    ) -> asyncio.Task:
+        """Submits a group per task, pulling the next task only when admission needs one (an
+        endless iterator is fine). With ``last``, the input ends after it (see :meth:`groups`)."""
+        if self._loop is None:
+            raise RuntimeError("start the scheduler first")
+        self._feeders += 1
+        return self._spawn(self._feed(tasks, group_size, last))
+
+    async def _feed(self, tasks: Any, n: int, last: bool) -> None:
+        assert self._want_tasks is not None
+        try:
+            it = tasks.__aiter__() if isinstance(tasks, AsyncIterable) else iter(tasks)
+            while True:
+                while len(self._pending) >= max(self.config.max_batch, n):
+                    self._want_tasks.clear()
+                    await self._want_tasks.wait()
+                try:
+                    task = await it.__anext__() if hasattr(it, "__anext__") else next(it)
+                except (StopIteration, StopAsyncIteration):
+                    break
+                self.submit_group(task, n)
+        finally:
+            self._feeders -= 1
+            if last:
+                self.end_input()
+
+    def end_input(self) -> None:
+        """No more tasks: :meth:`groups` ends once every queued episode is delivered."""
+        self._input_ended = True
+        self._maybe_end()
+
+    # ---- admission
+    def _bound(self) -> int | None:
+        c = self.config
+        if c.max_staleness is None:
+            return None
+        return (c.max_staleness + self._version + 1) * c.batch_size
+
+    def _admit(self) -> None:
+        if self._loop is None or self._closed:
+            return
+        bound = self._bound()
+        while self._pending and self._inflight < self.config.max_inflight:
+            ep = self._pending[0]
+            if ep.admitted_as < 0:
+                if bound is not None and self._started >= bound:
+                    break
+                self._started += 1
+                ep.admitted_as = self._started
+            self._pending.popleft()
+            self._inflight += 1
+            ep.status, ep.start_version = EpisodeStatus.RUNNING, self._version
+            self._tasks[ep.id] = (ep, self._loop.create_task(self._episode(ep)))
+        if self._want_tasks is not None and len(self._pending) < self.config.max_batch:
+            self._want_tasks.set()
+
+    def set_policy_version(self, version: int) -> None:
+        """The trainer has new weights: widens the staleness window and, with
+        ``on_policy_update="abort"``, aborts and re-queues the unfinished episodes."""
+        if version < self._version:
+            raise ValueError(f"policy versions only grow ({self._version} -> {version})")
+        old, self._version = self._version, int(version)
+        if self.config.on_policy_update == "abort" and version > old:
+            for ep, t in list(self._tasks.values()):
+                if ep.status is EpisodeStatus.RUNNING and ep.id not in self._abort:
+                    self._abort.add(ep.id)
+                    t.cancel()
+        self._admit()
+
+    @property
+    def version(self) -> int:
+        """The current policy version."""
+        return self._version
+
+    # ---- episodes
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if _is_async(fn):
+            return await fn(*args)
+        if self.config.sync_env_in_thread:
+            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        r = fn(*args)
+        return await r if inspect.isawaitable(r) else r
+
+    async def _episode(self, ep: Episode) -> None:
+        env = None
+        aborted = False
+        try:
+            env = self._env_factory(ep.task)
+            ep.observation = await self._guard(ep, self._call(env.reset, ep.task))
+            limit = self.config.max_turns
+            while True:
+                if limit is not None and len(ep.turns) >= limit:
+                    ep.status = EpisodeStatus.TRUNCATED
+                    break
+                action, version = await self._guard(ep, self._request_generation(ep))
+                t0 = time.monotonic()
+                self._in_env += 1
+                try:
+                    out = await self._guard(ep, self._call(env.step, action))
+                finally:
+                    self._in_env -= 1
+                self._env_latency.append(time.monotonic() - t0)
+                obs, reward, done, *rest = out
+                ep.turns.append(Turn(ep.observation, action, version, float(reward), *rest[:1]))
+                ep.observation = obs
+                if done:
+                    ep.status = EpisodeStatus.DONE
+                    break
+        except asyncio.CancelledError:
+            if ep.id not in self._abort or self._closed:
+                raise
+            aborted = True
+            task = asyncio.current_task()
+            if task is not None and hasattr(task, "uncancel"):
+                task.uncancel()
+        except Exception as e:
+            ep.status, ep.error = EpisodeStatus.FAILED, e
+            ep.traceback = traceback.format_exc()
+            log.warning("episode %d (group %d) failed: %r", ep.id, ep.group_id, e)
+        finally:
+            self._tasks.pop(ep.id, None)
+            self._abort.discard(ep.id)
+            if env is not None and hasattr(env, "close"):
+                with contextlib.suppress(Exception):
+                    await self._call(env.close)
+        self._inflight -= 1
+        if aborted:
+            ep.turns, ep.observation, ep.status = [], None, EpisodeStatus.PENDING
+            ep.restarts += 1
+            self._n["aborted"] += 1
+            self._pending.appendleft(ep)
+        else:
+            self._finished(ep)
+        self._admit()
+
+    async def _guard(self, ep: Episode, aw: Any) -> Any:
+        """Awaits ``aw``. The scheduler cancels an episode only to abort it or to close; any
+        other cancellation (a sandbox job cancelled through the pool) fails the episode."""
+        try:
+            return await aw
+        except asyncio.CancelledError:
+            if self._closed or ep.id in self._abort:
+                raise
+            raise _EpisodeCancelled("a job of the episode was cancelled") from None
+
+    def _finished(self, ep: Episode) -> None:
+        self._n["episodes"] += 1
+        if ep.status is EpisodeStatus.FAILED:
+            self._n["failed"] += 1
+        elif ep.status is EpisodeStatus.TRUNCATED:
+            self._n["truncated"] += 1
+        group, left = self._groups[ep.group_id]
+        left[0] += 1
+        if left[0] == len(group.episodes):
+            del self._groups[ep.group_id]
+            n = len(group.episodes)
+            self._inflight += n  # held until the group is on the output queue
+            self._delivering += 1
+            self._spawn(self._deliver(group, n))
+
+    async def _deliver(self, group: EpisodeGroup, n: int) -> None:
+        assert self._output is not None
+        try:
+            await self._output.put(group)
+            self._n["groups"] += 1
+        finally:
+            self._delivering -= 1
+            self._inflight -= n
+        self._admit()
+        self._maybe_end()
+
+    def _maybe_end(self) -> None:
+        if (
+            self._input_ended
+            and self._feeders == 0
+            and not self._pending
+            and self._inflight == 0
+            and not self._groups
+            and not self._exhausted
+            and self._output is not None
+        ):
+            self._exhausted = True
+            self._spawn(self._output.put(_END))
+
+    async def groups(self) -> AsyncIterator[EpisodeGroup]:
+        """Finished groups, as they finish. Ends after :meth:`end_input` (or a ``feed`` with
+        ``last=True``) once everything has been delivered, or after :meth:`aclose`."""
+        if self._output is None:
+            raise RuntimeError("start the scheduler first")
+        while True:
+            if self._closed and self._output.empty():
+                return
+            item = await self._output.get()
+            if item is _END:
+                return
+            yield item
+
+    # ---- generation
+    async def _request_generation(self, ep: Episode) -> tuple[Any, int]:
+        assert self._loop is not None and self._ready_event is not None
+        fut = self._loop.create_future()
+        self._ready.append((ep, fut))
+        self._ready_event.set()
+        if len(self._ready) >= self.config.max_batch and self._full_event is not None:
+            self._full_event.set()
+        return await fut
+
+    async def _generation_worker(self) -> None:
+        assert self._ready_event is not None and self._full_event is not None
+        c = self.config
+        while True:
+            if not self._ready:
+                self._ready_event.clear()
+                t0 = time.monotonic()
+                await self._ready_event.wait()
+                self._idle_s += time.monotonic() - t0
+            if len(self._ready) < c.max_batch and c.batch_wait_s > 0:
+                self._full_event.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._full_event.wait(), c.batch_wait_s)
+            batch = []
+            while self._ready and len(batch) < c.max_batch:
+                ep, fut = self._ready.popleft()
+                if not fut.done():
+                    batch.append((ep, fut))
+            if batch:
+                await self._run_generation(batch)
+
+    async def _generate_call(self, episodes: list[Episode]) -> list[Any]:
+        if self._gen_async:
+            out = await self._generate(episodes)
+        else:
+            loop = asyncio.get_running_loop()
+            out = await loop.run_in_executor(self._executor, self._generate, episodes)
+        out = list(out)
+        if len(out) != len(episodes):
+            raise ValueError(f"generate returned {len(out)} actions for {len(episodes)} episodes")
+        return out
+
+    async def _run_generation(self, batch: list[tuple[Episode, asyncio.Future]]) -> None:
+        version = self._version
+        self._in_generation += len(batch)
+        self._n["gen_calls"] += 1
+        self._n["gen_items"] += len(batch)
+        try:
+            try:
+                results = await self._generate_call([ep for ep, _ in batch])
+            except Exception as e:
+                if not self.config.isolate_generation_errors or len(batch) == 1:
+                    results = [e] * len(batch)
+                else:
+                    singles = [self._generate_call([ep]) for ep, _ in batch]
+                    outs = await asyncio.gather(*singles, return_exceptions=True)
+                    results = [o if isinstance(o, BaseException) else o[0] for o in outs]
+        finally:
+            self._in_generation -= len(batch)
+        for (_, fut), r in zip(batch, results, strict=True):
+            if fut.done():  # aborted meanwhile
+                continue
+            if isinstance(r, BaseException):
+                fut.set_exception(r)
+            else:
+                fut.set_result((r, version))
+
+    # ---- metrics
+    def stats(self) -> dict[str, Any]:
+        """Queue depths, generator idle fraction, environment step latency, episodes and
+        groups per second, staleness accounting, and the pool's stats (``pool``)."""
+        elapsed = max(1e-9, time.monotonic() - self._t0)
+        n = self._n
+        s: dict[str, Any] = {
+            "version": self._version,
+            "pending": len(self._pending),
+            "inflight": self._inflight,
+            "waiting_generation": len(self._ready),
+            "in_generation": self._in_generation,
+            "in_env": self._in_env,
+            "delivering": self._delivering,
+            "output_queue": 0 if self._output is None else self._output.qsize(),
+            "started": self._started,
+            "staleness_bound": self._bound(),
+            "episodes_finished": n["episodes"],
+            "episodes_failed": n["failed"],
+            "episodes_truncated": n["truncated"],
+            "episodes_aborted": n["aborted"],
+            "groups_delivered": n["groups"],
+            "generate_calls": n["gen_calls"],
+            "mean_generate_batch": n["gen_items"] / n["gen_calls"] if n["gen_calls"] else 0.0,
+            "generator_idle_fraction": min(
+                1.0, self._idle_s / (elapsed * self.config.generate_concurrency)
+            ),
+            "episodes_per_sec": n["episodes"] / elapsed,
+            "groups_per_sec": n["groups"] / elapsed,
+            "env_step_latency_s": _percentiles(list(self._env_latency)),
+            "elapsed_s": elapsed,
+        }
+        if self.pool is not None:
+            ps = self.pool.stats()
+            s["pool"] = ps
+            s["jobs_per_sec"] = ps["jobs_per_sec"]
+            s["worker_utilisation"] = ps["utilisation"]
+        return s

@@ -1,0 +1,152 @@
+//! The box's init: a 79-byte (x86_64) / 88-byte (aarch64) static program, written into every
+//! box root as `/.agentrl/init`.
+//!
+//! The program a box runs must not be pid 1 of its pid namespace: the kernel drops the
+//! signals an init sends itself without a handler (`kill(getpid(), SIGTERM)`, `abort()`,
+//! `SIGXFSZ` past the file-size limit would all be lost), and orphans would pile up as its
+//! zombies. So the box's first process starts the program as pid 2 and then becomes this
+//! init, which only reaps: it loops on `wait4(-1, &status, __WALL)`, and when pid 2 exits it
+//! writes pid 2's raw wait status (4 bytes) to fd 3 (the supervisor's status pipe) and exits,
+//! taking the rest of the namespace with it. It runs as its own unprivileged host uid, with
+//! no capabilities and `no_new_privs`, so the program can neither signal, trace nor read it.
+//!
+//! The machine code was assembled from the listing beside each array (GNU as), and is wrapped
+//! in a minimal ELF64 executable (one `PT_LOAD` segment, no sections) by [`elf`].
+
+/// x86_64: see the listing.
+///
+/// ```text
+/// _start: sub rsp, 16
+/// 1:      mov eax, 61             ; wait4
+///         mov rdi, -1             ; any child
+///         mov rsi, rsp            ; &status
+///         mov edx, 0x40000000     ; __WALL
+///         xor r10d, r10d          ; no rusage
+///         syscall
+///         cmp rax, 2              ; the program?
+///         je 3f
+///         cmp rax, -4             ; EINTR
+///         je 1b
+///         test rax, rax           ; another child reaped
+///         jns 1b
+///         jmp 4f                  ; no child left
+/// 3:      mov eax, 1              ; write(3, &status, 4)
+///         mov edi, 3
+///         mov rsi, rsp
+///         mov edx, 4
+///         syscall
+/// 4:      mov eax, 231            ; exit_group(0)
+///         xor edi, edi
+///         syscall
+///         jmp 4b
+/// ```
+#[cfg(target_arch = "x86_64")]
+const CODE: &[u8] = &[
+    0x48, 0x83, 0xec, 0x10, 0xb8, 0x3d, 0x00, 0x00, 0x00, 0x48, 0xc7, 0xc7, 0xff, 0xff, 0xff, 0xff,
+    0x48, 0x89, 0xe6, 0xba, 0x00, 0x00, 0x00, 0x40, 0x45, 0x31, 0xd2, 0x0f, 0x05, 0x48, 0x83, 0xf8,
+    0x02, 0x74, 0x0d, 0x48, 0x83, 0xf8, 0xfc, 0x74, 0xdb, 0x48, 0x85, 0xc0, 0x79, 0xd6, 0xeb, 0x14,
+    0xb8, 0x01, 0x00, 0x00, 0x00, 0xbf, 0x03, 0x00, 0x00, 0x00, 0x48, 0x89, 0xe6, 0xba, 0x04, 0x00,
+    0x00, 0x00, 0x0f, 0x05, 0xb8, 0xe7, 0x00, 0x00, 0x00, 0x31, 0xff, 0x0f, 0x05, 0xeb, 0xf5,
+];
+#[cfg(target_arch = "x86_64")]
+const MACHINE: u16 = 62;
+
+/// aarch64: the same program.
+///
+/// ```text
+/// _start: sub sp, sp, #16
+/// 1:      mov x8, #260            ; wait4
+///         mov x0, #-1
+///         mov x1, sp
+///         mov x2, #0x40000000     ; __WALL
+///         mov x3, #0
+///         svc #0
+///         cmp x0, #2
+///         b.eq 3f
+///         cmn x0, #4              ; EINTR
+///         b.eq 1b
+///         tbz x0, #63, 1b         ; another child reaped
+///         b 4f
+/// 3:      mov x8, #64             ; write(3, sp, 4)
+///         mov x0, #3
+///         mov x1, sp
+///         mov x2, #4
+///         svc #0
+/// 4:      mov x8, #94             ; exit_group(0)
+///         mov x0, #0
+///         svc #0
+///         b 4b
+/// ```
+#[cfg(target_arch = "aarch64")]
+const CODE: &[u8] = &[
+    0xff, 0x43, 0x00, 0xd1, 0x88, 0x20, 0x80, 0xd2, 0x00, 0x00, 0x80, 0x92, 0xe1, 0x03, 0x00, 0x91,
+    0x02, 0x00, 0xa8, 0xd2, 0x03, 0x00, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4, 0x1f, 0x08, 0x00, 0xf1,
+    0xa0, 0x00, 0x00, 0x54, 0x1f, 0x10, 0x00, 0xb1, 0xe0, 0xfe, 0xff, 0x54, 0xc0, 0xfe, 0xff, 0xb6,
+    0x06, 0x00, 0x00, 0x14, 0x08, 0x08, 0x80, 0xd2, 0x60, 0x00, 0x80, 0xd2, 0xe1, 0x03, 0x00, 0x91,
+    0x82, 0x00, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4, 0xc8, 0x0b, 0x80, 0xd2, 0x00, 0x00, 0x80, 0xd2,
+    0x01, 0x00, 0x00, 0xd4, 0xfd, 0xff, 0xff, 0x17,
+];
+#[cfg(target_arch = "aarch64")]
+const MACHINE: u16 = 183;
+
+/// Where the init lives in the box.
+pub const PATH: &str = "/.agentrl/init";
+
+const BASE: u64 = 0x40_0000;
+const EHDR: usize = 64;
+const PHDR: usize = 56;
+
+/// The init as a static ELF64 executable.
+pub fn elf() -> Vec<u8> {
+    let total = (EHDR + PHDR + CODE.len()) as u64;
+    let mut v = Vec::with_capacity(total as usize);
+    // ELF header.
+    v.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+    v.extend_from_slice(&[0; 8]);
+    v.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    v.extend_from_slice(&MACHINE.to_le_bytes());
+    v.extend_from_slice(&1u32.to_le_bytes()); // EV_CURRENT
+    v.extend_from_slice(&(BASE + (EHDR + PHDR) as u64).to_le_bytes()); // e_entry
+    v.extend_from_slice(&(EHDR as u64).to_le_bytes()); // e_phoff
+    v.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    v.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    v.extend_from_slice(&(EHDR as u16).to_le_bytes());
+    v.extend_from_slice(&(PHDR as u16).to_le_bytes());
+    v.extend_from_slice(&1u16.to_le_bytes()); // e_phnum
+    v.extend_from_slice(&[0; 6]); // e_shentsize, e_shnum, e_shstrndx
+                                  // Program header: one read+execute segment holding the whole file.
+    v.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    v.extend_from_slice(&5u32.to_le_bytes()); // PF_R | PF_X
+    v.extend_from_slice(&0u64.to_le_bytes()); // p_offset
+    v.extend_from_slice(&BASE.to_le_bytes()); // p_vaddr
+    v.extend_from_slice(&BASE.to_le_bytes()); // p_paddr
+    v.extend_from_slice(&total.to_le_bytes()); // p_filesz
+    v.extend_from_slice(&total.to_le_bytes()); // p_memsz
+    v.extend_from_slice(&0x1000u64.to_le_bytes()); // p_align
+    v.extend_from_slice(CODE);
+    debug_assert_eq!(v.len() as u64, total);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The ELF runs; with no child to wait for, the init exits 0 at once. (The full path,
+    /// the init reaping pid 2 and reporting its status, runs in the integration tests.)
+    #[test]
+    fn runs_and_exits_without_children() {
+        let dir = std::env::temp_dir().join(format!("agentrl-init-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("init");
+        std::fs::write(&path, elf()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = std::process::Command::new(&path).output().unwrap();
+        assert!(
+            out.status.success(),
+            "init with no children exits 0: {out:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
