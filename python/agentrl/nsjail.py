@@ -112,6 +112,7 @@ from agentrl.limits import Limits
 from agentrl.result import ExecResult, Status
 from agentrl.sandbox import (
     Bind,
+    Sandbox,
     StrOrBytesPath,
     _bind_tuple,
     _env_pairs,
@@ -1145,8 +1146,10 @@ class _Run:
     cgroup: _RunCgroup | None = None
 
 
-class NsjailSandbox:
+class NsjailSandbox(Sandbox):
     """The :class:`agentrl.Sandbox` API, enforced by nsjail (see the module documentation).
+
+    ``Sandbox(..., backend="nsjail")`` makes one.
 
     Arguments are those of :class:`agentrl.Sandbox`; ``warm`` and ``preimports`` are accepted
     and ignored (nsjail has no warm interpreter: every ``run_python`` starts ``python -I``).
@@ -1167,6 +1170,7 @@ class NsjailSandbox:
         preimports: Iterable[str] = (),
         python: str | None = None,
         nsjail: str | None = None,
+        backend: str = "nsjail",
     ) -> None:
         if limits is None:
             limits = Limits()

