@@ -47,6 +47,60 @@ def _interpreter_paths() -> list[str]:
     return seen
 
 
+# Paths the box builds for itself: an interpreter installed under one of them (a virtualenv in
+# /tmp, say) is bound at a path of its own under /.agentrl/py instead, and run from there.
+_BOX_OWNED = ("/tmp", "/work", "/dev", "/proc", "/sys", "/etc", "/.run", "/.agentrl")
+_RELOCATED = "/.agentrl/py"
+
+
+def _box_owned(path: str) -> bool:
+    return any(path == r or path.startswith(r + "/") for r in _BOX_OWNED)
+
+
+@dataclass(frozen=True)
+class _InterpreterLayout:
+    system_paths: list[str]
+    """Bound read-only at the same path."""
+    binds: list[tuple[str, str, bool]]
+    """Relocated installations: (host path, box path, writable)."""
+    python: str
+    """The interpreter's path inside the box."""
+    path_dirs: list[str]
+    """Directories to put first on the box's PATH."""
+
+
+def _interpreter_layout(python: str) -> _InterpreterLayout:
+    paths = _interpreter_paths()
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
+    if prefix not in paths:
+        paths.append(prefix)
+    system: list[str] = []
+    mapping: dict[str, str] = {}
+    for p in paths:
+        if _box_owned(p):
+            if not any(p == m or p.startswith(m + "/") for m in mapping):
+                mapping[p] = f"{_RELOCATED}/{len(mapping)}"
+        else:
+            system.append(p)
+
+    def to_box(path: str) -> str:
+        for src, dst in mapping.items():
+            if path == src or path.startswith(src + "/"):
+                return dst + path[len(src) :]
+        return path
+
+    dirs = []
+    for d in (os.path.dirname(python), os.path.dirname(os.path.realpath(python))):
+        if to_box(d) not in dirs:
+            dirs.append(to_box(d))
+    return _InterpreterLayout(
+        system_paths=system,
+        binds=[(src, dst, False) for src, dst in mapping.items()],
+        python=to_box(python),
+        path_dirs=dirs,
+    )
+
+
 def _to_bytes(name: str, v: object) -> bytes:
     if isinstance(v, bytes):
         return v
@@ -167,9 +221,12 @@ class Sandbox:
             raise ValueError(f"max_concurrency must be between 1 and 4096, got {max_concurrency}")
         self._limits = limits
         self._network = bool(network)
-        bin_dir = os.path.dirname(os.path.realpath(sys.executable))
+        host_python = os.path.abspath(python) if python is not None else sys.executable
+        if not os.access(host_python, os.X_OK):
+            raise ValueError(f"python: {host_python!r} is not an executable")
+        layout = _interpreter_layout(host_python)
         base_env = {
-            "PATH": f"{os.path.dirname(sys.executable)}:{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": ":".join([*layout.path_dirs, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": "/work",
             "TMPDIR": "/tmp",
             "LANG": "C.UTF-8",
@@ -177,9 +234,7 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         base_env.update(dict(_env_pairs("env", env)))
-        self._python = os.path.abspath(python) if python is not None else sys.executable
-        if not os.access(self._python, os.X_OK):
-            raise ValueError(f"python: {self._python!r} is not an executable")
+        self._python = layout.python
         if isinstance(preimports, str):
             raise TypeError("preimports must be a sequence of module names, not a single string")
         self._preimports = tuple(preimports)
@@ -188,15 +243,11 @@ class Sandbox:
             argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports)
             warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
         self._warm = bool(warm)
-        paths = _interpreter_paths()
-        if python is not None:
-            prefix = os.path.dirname(os.path.dirname(os.path.realpath(self._python)))
-            paths.append(prefix)
         self._inner = _core.Sandbox(
             limits._as_tuple(),
             self._network,
-            paths,
-            [_bind_tuple(b) for b in binds],
+            layout.system_paths,
+            [*layout.binds, *(_bind_tuple(b) for b in binds)],
             list(base_env.items()),
             max_concurrency,
             bool(degraded),
