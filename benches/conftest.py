@@ -1,0 +1,14 @@
+"""Prints agentrl-vs-anchor ratios after the pytest-benchmark tables."""
+
+from __future__ import annotations
+
+import pytest
+from _harness import RESULTS, summary_lines
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter) -> None:
+    if RESULTS:
+        terminalreporter.section("agentrl vs anchors (medians of this run)")
+        for line in summary_lines(RESULTS):
+            terminalreporter.write_line(line)
