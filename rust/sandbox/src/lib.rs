@@ -26,7 +26,20 @@
 //! pre-allocated stack, as `posix_spawn` does, whose child runs only raw, async-signal-safe
 //! system calls over a plan prepared before the clone (see [`spawn`]). The cost does not grow
 //! with the size of the host process (no page tables are copied), and it is safe with torch
-//! loaded and many threads calling at once.
+//! loaded and many threads calling at once. The slot thread takes the box's host uid as its
+//! effective uid around the clone, so the box's user namespace is owned by that unprivileged
+//! uid (per-user kernel counts are charged to it, never to root).
+//!
+//! Inside, the first process (pid 1) sets the box up, starts the program as pid 2 (a vfork
+//! on a second stack) and then execs the box's init, a tiny static program (see [`init`])
+//! that reaps orphans and reports the program's exact wait status: the program is never an
+//! init, so its own signals, `abort()` and `SIGXFSZ` behave as anywhere else.
+//!
+//! ## Fast paths
+//! * [`zygote`]: a warm Python interpreter per slot, forked for each `run_python` into fresh
+//!   pid and mount namespaces with the same containment.
+//! * [`session`]: a persistent work dir (an overlay of frozen layers) for multi-turn agents,
+//!   with O(1) reset, snapshot and restore.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cgroup;
