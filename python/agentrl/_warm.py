@@ -61,6 +61,9 @@ def _agentrl_zygote(core_path, preimports):
         pidfd = os.pidfd_open(pid)
         core._zygote_send(ctl, b"P", [pidfd])
         os.close(pidfd)
+        # Allocate nothing until the supervisor asks for the report: a run that filled the
+        # slot's memory leaves it full until the supervisor has freed the run's files.
+        core._zygote_ack(ctl)
         _, status, ru = os.wait4(pid, 0)
         report = struct.pack("<iddq", status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss)
         core._zygote_send(ctl, b"S" + report, [])

@@ -104,11 +104,17 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         .map(|(_, id)| *id)
         .unwrap_or(slot.host_id);
     let io = RunIo::new(run, host_id)?;
+    let baseline = if run.warm {
+        slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0)
+    } else {
+        0
+    };
 
     if let Some(cg) = &mut slot.cgroup {
-        // One extra pid on cgroup v1: the slot thread is a member (the warm interpreter is not).
-        let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1));
-        cg.set_limits(Some(l.memory_bytes), Some(l.max_pids + extra))
+        // Extra pids: on cgroup v1 the slot thread is a member; the warm interpreter is one.
+        let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1))
+            + u64::from(run.warm && slot.zygote.is_some());
+        cg.set_limits(Some(l.memory_bytes + baseline), Some(l.max_pids + extra))
             .map_err(|e| format!("cgroup limits: {e}"))?;
         cg.prepare_run().map_err(|e| format!("cgroup reset: {e}"))?;
     }
@@ -205,19 +211,52 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         &mut err,
     );
     let wall = started.elapsed().as_secs_f64();
+    // Collect the files and free the run's file system before anything else: its pages stay
+    // charged to the slot's memory until then (see `zygote::wait_exit`).
+    let mut files = Vec::new();
+    let mut truncated_files = Vec::new();
+    for (name, parts) in &run.collect {
+        let got = match &run.session {
+            Some((work, _)) => {
+                crate::mounts::collect_at(work.as_fd(), b"", parts, l.max_file_bytes)
+            }
+            None => runfs.collect(parts, l.max_file_bytes),
+        };
+        if let Some((data, cut)) = got {
+            if cut {
+                truncated_files.push(name.clone());
+            }
+            files.push((name.clone(), data));
+        }
+    }
+    let exit_record = read_exit_record(status_r.as_fd());
+    drop(runfs);
     let mut exit = match live.reaper {
         Reaper::Wait4(pid) => supervise::reap(pid),
         Reaper::Zygote => match zygote::wait_exit(slot) {
             Ok(e) => e,
             Err(e) => {
+                // The interpreter died (a run that filled the slot's memory can take it down
+                // with it). It is replaced for the next run; this run's verdict stands if the
+                // box's init reported, or the supervisor or the memory limit ended it.
                 zygote::discard(slot);
-                return Err(e);
+                // Its death SIGKILLs the run too: only a report of some other ending, or an
+                // ending the supervisor or the memory limit caused, is the run's own verdict.
+                let killed_by_death = exit_record
+                    .is_none_or(|st| libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL);
+                if killed_by_death && w.killed.is_none() && !slot_oom(slot) {
+                    return Err(e);
+                }
+                supervise::Exit {
+                    wait_status: libc::SIGKILL,
+                    rusage: zeroed_rusage(),
+                }
             }
         },
     };
     // The box's init reports how the program (pid 2) ended; without that report (the init
     // was killed with the whole box) only what the supervisor itself did can explain it.
-    match read_exit_record(status_r.as_fd()) {
+    match exit_record {
         Some(st) => exit.wait_status = st,
         None if w.killed.is_none() && !slot_oom(slot) => {
             return Err(format!(
@@ -250,6 +289,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     let peak = usage
         .as_ref()
         .and_then(|u| u.peak_memory_bytes)
+        .map(|p| p.saturating_sub(baseline))
         .or(Some(exit.rusage.ru_maxrss as u64 * 1024));
     let st = exit.wait_status;
     let (exit_code, signal) = if libc::WIFEXITED(st) {
@@ -268,22 +308,6 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         out.truncated() || err.truncated(),
         pids_hit,
     );
-    let mut files = Vec::new();
-    let mut truncated_files = Vec::new();
-    for (name, parts) in &run.collect {
-        let got = match &run.session {
-            Some((work, _)) => {
-                crate::mounts::collect_at(work.as_fd(), b"", parts, l.max_file_bytes)
-            }
-            None => runfs.collect(parts, l.max_file_bytes),
-        };
-        if let Some((data, cut)) = got {
-            if cut {
-                truncated_files.push(name.clone());
-            }
-            files.push((name.clone(), data));
-        }
-    }
     Ok(ExecResult {
         status,
         exit_code,
@@ -626,6 +650,11 @@ pub(crate) fn read_status(
             "box set-up failed at an unknown step {step}: errno {errno}"
         )),
     }
+}
+
+fn zeroed_rusage() -> libc::rusage {
+    // SAFETY: rusage is plain old data; all-zero is valid.
+    unsafe { std::mem::zeroed() }
 }
 
 /// The 4-byte wait status the box's init writes when the program exits, if any.

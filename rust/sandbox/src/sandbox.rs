@@ -523,8 +523,21 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
                     break None;
                 }
                 q.idle += 1;
-                q = shared.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                let (guard, timed_out) = shared
+                    .cv
+                    .wait_timeout(q, std::time::Duration::from_secs(1))
+                    .unwrap_or_else(|e| e.into_inner());
+                q = guard;
                 q.idle -= 1;
+                if timed_out.timed_out()
+                    && slot
+                        .zygote
+                        .as_ref()
+                        .is_some_and(|z| !crate::zygote::is_alive(z))
+                {
+                    // Reap a warm interpreter that died while the slot was idle.
+                    slot.zygote = None;
+                }
             }
         };
         let Some(job) = job else { break };

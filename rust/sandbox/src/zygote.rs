@@ -54,6 +54,8 @@ pub struct Zygote {
     pid: libc::pid_t,
     pidfd: OwnedFd,
     ctl: OwnedFd,
+    /// Memory the interpreter itself holds in the slot cgroup.
+    pub baseline_memory: u64,
     /// Its stdout and stderr (a memfd), for error messages.
     log: OwnedFd,
 }
@@ -65,7 +67,8 @@ impl Drop for Zygote {
     }
 }
 
-fn alive(z: &Zygote) -> bool {
+/// Whether the interpreter is still running.
+pub(crate) fn is_alive(z: &Zygote) -> bool {
     let mut p = libc::pollfd {
         fd: z.pidfd.as_raw_fd(),
         events: libc::POLLIN,
@@ -77,7 +80,7 @@ fn alive(z: &Zygote) -> bool {
 
 /// Makes sure the slot has a live warm interpreter.
 pub(crate) fn ensure(shared: &Shared, slot: &mut Slot) -> RunResult<()> {
-    if slot.zygote.as_ref().is_some_and(alive) {
+    if slot.zygote.as_ref().is_some_and(is_alive) {
         return Ok(());
     }
     slot.zygote = None;
@@ -152,11 +155,12 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
             ))
         }
     };
-    let z = Zygote {
+    let mut z = Zygote {
         pid,
         pidfd,
         ctl,
         log,
+        baseline_memory: 0,
     };
     match fdpass::recv(z.ctl.as_fd(), Some(warm.start_timeout)) {
         Ok(Some((m, _))) if m == b"R" => {}
@@ -174,19 +178,11 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
             ));
         }
     }
-    // The interpreter lives outside the slot's cgroup (in the sandbox's own): a run that
-    // fills its cgroup (say, with tmpfs pages, which stay charged after it dies) must never
-    // leave the interpreter out of memory. Each run is moved into the slot's cgroup before
-    // its code starts.
+    // The interpreter lives in the slot's cgroup, like its runs (no per-run migration: that
+    // would cost an RCU grace period each). What it holds there is the slot's baseline,
+    // added to each run's memory limit and taken off its peak.
     if let Some(cg) = &slot.cgroup {
-        for dir in cg.paths() {
-            let home = dir.parent().and_then(|p| p.parent()).unwrap_or(dir);
-            if let Err(e) = std::fs::write(home.join("cgroup.procs"), z.pid.to_string()) {
-                return Err(format!(
-                    "moving the warm interpreter out of the slot cgroup: {e}"
-                ));
-            }
-        }
+        z.baseline_memory = cg.sample_memory().unwrap_or(0);
     }
     Ok(z)
 }
@@ -253,16 +249,7 @@ pub(crate) fn launch(
         }
         Err(e) => return Err(format!("the warm interpreter did not answer: {e}")),
     };
-    // Into the slot's cgroup, then let it run.
-    if let Some(cg) = &slot.cgroup {
-        let attached =
-            host_pid(pidfd.as_fd()).and_then(|pid| cg.attach(pid).map_err(|e| e.to_string()));
-        if let Err(e) = attached {
-            run::kill(pidfd.as_fd());
-            let _ = wait_exit(slot);
-            return Err(format!("moving the warm run into the slot cgroup: {e}"));
-        }
-    }
+    // Let it run.
     // SAFETY: writing one byte from a valid buffer to our pipe.
     if unsafe { libc::write(go_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
         run::kill(pidfd.as_fd());
@@ -308,20 +295,16 @@ pub(crate) fn launch(
     }))
 }
 
-/// The host pid of the process a pidfd refers to (from its fdinfo).
-fn host_pid(pidfd: std::os::fd::BorrowedFd<'_>) -> Result<libc::pid_t, String> {
-    let info = std::fs::read_to_string(format!("/proc/thread-self/fdinfo/{}", pidfd.as_raw_fd()))
-        .map_err(|e| format!("reading the pidfd's fdinfo: {e}"))?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("Pid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&p: &libc::pid_t| p > 0)
-        .ok_or_else(|| "the warm run exited before it started".to_string())
-}
-
 /// Receives the exit report of the run in flight from the warm interpreter.
+///
+/// The interpreter waits for this request before it allocates anything: a run that filled
+/// the slot's memory (with tmpfs pages, say) leaves it full until the supervisor has freed
+/// the run's file system, and an allocation before that would get the interpreter itself
+/// OOM-killed.
 pub(crate) fn wait_exit(slot: &Slot) -> RunResult<Exit> {
     let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+    fdpass::send(z.ctl.as_fd(), b"?", &[])
+        .map_err(|e| format!("the warm interpreter is gone: {e}"))?;
     match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
         Ok(Some((m, _))) if m.len() == 29 && m[0] == b'S' => {
             let status = i32::from_le_bytes(m[1..5].try_into().expect("4 bytes"));
@@ -670,12 +653,21 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
                 Step::Rlimit,
             );
         }
-        // Wait until the supervisor has moved this process into the slot's cgroup (the
-        // program, forked below, starts there).
+        // Wait until the supervisor releases the run.
         let mut b = [0u8; 1];
         if libc::read(fds[6], b.as_mut_ptr().cast(), 1) != 1 {
             fail(Step::Sync, libc::EPIPE);
         }
+        // The OOM killer must pick the run, never its interpreter: a run that fills its
+        // cgroup with tmpfs pages (which count to no process) would otherwise leave the
+        // interpreter as the largest process. Raising one's own score needs no privilege; the
+        // run's init and program inherit it.
+        let adj = c("/proc/self/oom_score_adj");
+        let fd = libc::open(adj.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 || libc::write(fd, b"1000".as_ptr().cast(), 4) != 4 {
+            fail(Step::Setsid, last());
+        }
+        libc::close(fd);
         // This process is pid 1 of the run: the program is its child (pid 2), and it
         // becomes the run's init (see `crate::init`), as in a cold run.
         let pid = libc::fork();
@@ -685,15 +677,6 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
         if pid > 0 {
             become_init(fds[4]);
         }
-        // The OOM killer must pick the run, never its interpreter: a run that fills its
-        // cgroup with tmpfs pages (which count to no process) would otherwise leave the
-        // interpreter as the largest process. Raising one's own score needs no privilege.
-        let adj = c("/proc/self/oom_score_adj");
-        let fd = libc::open(adj.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 || libc::write(fd, b"1000".as_ptr().cast(), 4) != 4 {
-            fail(Step::Setsid, last());
-        }
-        libc::close(fd);
         let cap_last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
             .and_then(|s| s.trim().parse().ok())
