@@ -6,8 +6,7 @@ namespaces, seccomp-bpf, cgroups and rlimits, from a Rust core.
 
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError, SandboxError
-from agentrl.limits import Limits
-from agentrl.pool import (
+from agentrl.jobs import (
     JobExpired,
     JobFailed,
     JobOutcome,
@@ -15,8 +14,9 @@ from agentrl.pool import (
     PoolClosed,
     PoolFull,
     PoolFuture,
-    SandboxPool,
 )
+from agentrl.limits import Limits
+from agentrl.pool import SandboxPool
 from agentrl.result import ExecResult, Status
 from agentrl.sandbox import Bind, Sandbox
 from agentrl.scheduler import (

@@ -1,4 +1,4 @@
-"""Job outcomes, futures and the routing machinery shared by the scheduler pools.
+"""The routing machinery shared by the scheduler pools (:mod:`agentrl.pool`).
 
 Jobs run on the Rust scheduler's worker threads (no GIL). Results come back through an
 eventfd: an asyncio loop watches it with ``loop.add_reader`` (default loop and uvloop alike),
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import enum
+import functools
 import os
 import select
 import threading
@@ -19,106 +19,22 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from agentrl import _core
-from agentrl.errors import AgentRLError
+from agentrl.jobs import (
+    _OUTCOME,
+    JobOutcome,
+    JobStatus,
+    PoolClosed,
+    PoolFull,
+    PoolFuture,
+    _exception,
+    _schedule,
+)
 
-__all__ = [
-    "JobExpired",
-    "JobFailed",
-    "JobOutcome",
-    "JobStatus",
-    "PoolClosed",
-    "PoolFull",
-    "PoolFuture",
-]
+__all__: list[str] = []
 
-PoolFull = _core.PoolFull
-PoolClosed = _core.PoolClosed
-
-
-class JobExpired(AgentRLError):
-    """The job's deadline passed before it could start; it never ran."""
-
-
-class JobFailed(AgentRLError):
-    """The job could not be run: the sandbox kept failing until the retries ran out, or the
-    executor crashed. ``reason`` says which. A program's own failure is never this: it is a
-    completed job whose :class:`ExecResult` says how the program ended."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class JobStatus(str, enum.Enum):
-    """The terminal state of a job; every job reaches exactly one."""
-
-    COMPLETED = "completed"
-    """It ran; ``result`` holds its result (whatever the program did)."""
-    CANCELLED = "cancelled"
-    """Cancelled before it started, or while it ran (its box was killed)."""
-    EXPIRED = "expired"
-    """Its deadline passed before it started."""
-    FAILED = "failed"
-    """Infrastructure failure after every retry, or an executor crash; see ``reason``."""
-
-
-_STATUS = {s.value: s for s in JobStatus}
-
-
-class JobOutcome(NamedTuple):
-    """One job's terminal result, as :meth:`SandboxPool.collect` returns it."""
-
-    job_id: int
-    status: JobStatus
-    result: Any = None
-    """The :class:`ExecResult` of a completed job."""
-    reason: str | None = None
-    """Why a job failed."""
-
-    @property
-    def ok(self) -> bool:
-        """The job completed (the program itself may still have failed)."""
-        return self.status is JobStatus.COMPLETED
-
-    def unwrap(self) -> Any:
-        """The result, or the exception a future of this job would raise."""
-        if self.status is JobStatus.COMPLETED:
-            return self.result
-        raise _exception(self.status, self.reason)
-
-
-def _exception(status: JobStatus, reason: str | None) -> BaseException:
-    if status is JobStatus.CANCELLED:
-        return concurrent.futures.CancelledError()
-    if status is JobStatus.EXPIRED:
-        return JobExpired("the job's deadline passed before it started")
-    return JobFailed(reason or "failed")
-
-
-class PoolFuture(concurrent.futures.Future):
-    """A :class:`concurrent.futures.Future` of one job. :meth:`cancel` cancels the job
-    itself: a queued job never starts and a running one has its box killed."""
-
-    def __init__(self, core: Any) -> None:
-        super().__init__()
-        self._core = core
-        self.job_id = 0
-        """The pool's id of the job."""
-
-    def cancel(self) -> bool:
-        """Cancels the job; false if it has already finished (or is finishing)."""
-        if self.done():
-            return self.cancelled()
-        if not self._core.cancel(self.job_id):
-            return self.cancelled()
-        return super().cancel()
-
-
-_BATCH = object()
-"""Handler of a job whose outcome goes to :meth:`collect`."""
 _LATENCY_WINDOW = 10_000
 _READER_BATCH = 4096
 """Most results one wake-up of an asyncio loop's reader handles (the rest re-arm the fd)."""
@@ -140,12 +56,20 @@ def _percentiles(values: Iterable[float]) -> dict[str, float | int | None]:
     return {"n": len(xs), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "mean": sum(xs) / len(xs)}
 
 
-def _call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-    """Runs ``fn`` in ``loop``: now if this thread runs it, else through the loop's queue."""
+def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
-        running = asyncio.get_running_loop()
+        return asyncio.get_running_loop()
     except RuntimeError:
-        running = None
+        return None
+
+
+def _call_in_loop(
+    loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any, running: Any = False
+) -> None:
+    """Runs ``fn`` in ``loop``: now if this thread runs it, else through the loop's queue.
+    ``running``: this thread's running loop, if the caller knows it."""
+    if running is False:
+        running = _running_loop()
     if running is loop:
         fn(*args)
     else:
@@ -154,9 +78,15 @@ def _call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args
             loop.call_soon_threadsafe(fn, *args)
 
 
-def _settle_async(fut: asyncio.Future, status: JobStatus, value: Any) -> None:
+def _fail(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+def _settle_async(fut: asyncio.Future, cb: Any, status: JobStatus, value: Any) -> None:
     if fut.done():
         return
+    fut.remove_done_callback(cb)  # only there to cancel the job if the future is cancelled
     if status is JobStatus.COMPLETED:
         fut.set_result(value)
     elif status is JobStatus.CANCELLED:
@@ -165,9 +95,12 @@ def _settle_async(fut: asyncio.Future, status: JobStatus, value: Any) -> None:
         fut.set_exception(_exception(status, value))
 
 
-def _settle(handler: Any, status: JobStatus, value: Any) -> None:
+def _settle(handler: Any, o: JobOutcome, running: Any = False) -> None:
+    status = o[1]
+    value = o[3] if status is JobStatus.FAILED else o[2]
     if isinstance(handler, tuple):
-        _call_in_loop(handler[0], _settle_async, handler[1], status, value)
+        loop, fut, cb = handler
+        _call_in_loop(loop, _settle_async, fut, cb, status, value, running=running)
         return
     try:
         if status is JobStatus.COMPLETED:
@@ -192,16 +125,20 @@ class _JobPool:
         self._capacity = capacity
         self._block = backpressure == "block"
         self._block_timeout = block_timeout
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._handlers: dict[int, Any] = {}
-        self._early: dict[int, tuple[str, Any]] = {}
+        self._early: dict[int, JobOutcome] = {}
+        self._registering = 0
+        self._converts = type(self)._convert is not _JobPool._convert
         self._ready: deque[JobOutcome] = deque()
         self._batch_pending = 0
         self._inflight = 0
         self._closed = False
         self._close_lock = threading.Lock()
         self._loops: dict[int, asyncio.AbstractEventLoop] = {}
-        self._room_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._outbox: dict[asyncio.AbstractEventLoop, list[list]] = {}
+        self._room_queue: deque[tuple[asyncio.AbstractEventLoop, list]] = deque()
         self._dispatcher: threading.Thread | None = None
         self._wake: tuple[int, int] | None = None
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
@@ -220,7 +157,7 @@ class _JobPool:
             raise ValueError(f"a batch of {n} jobs is larger than the pool's capacity")
         deadline = None if self._block_timeout is None else time.monotonic() + self._block_timeout
         while True:
-            with self._cond:
+            with self._lock:
                 if self._closed:
                     raise PoolClosed("the pool is closed")
                 if self._inflight + n <= self._capacity:
@@ -233,77 +170,75 @@ class _JobPool:
             ):
                 raise PoolFull(f"no room for {n} job(s) within {self._block_timeout} s")
 
-    async def _admit_async(self, n: int) -> None:
-        if n > self._capacity:
-            raise ValueError(f"a batch of {n} jobs is larger than the pool's capacity")
-        loop = asyncio.get_running_loop()
-        deadline = None if self._block_timeout is None else loop.time() + self._block_timeout
-        while True:
-            with self._cond:
-                if self._closed:
-                    raise PoolClosed("the pool is closed")
-                if self._inflight + n <= self._capacity:
-                    self._inflight += n
-                    return
-                if not self._block:
-                    raise PoolFull(f"the pool holds {self._inflight} of {self._capacity} jobs")
-                fut = loop.create_future()
-                self._room_waiters.append((loop, fut))
-            timeout = None if deadline is None else max(0.0, deadline - loop.time())
-            try:
-                await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                raise PoolFull(f"no room for {n} job(s) within {self._block_timeout} s") from None
-
-    def _release(self, n: int) -> list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]:
-        """Frees room (lock held); returns the asyncio waiters to wake."""
+    def _release(self, n: int) -> list[tuple[asyncio.AbstractEventLoop, list]]:
+        """Frees room for ``n`` jobs (lock held) and admits asyncio jobs waiting for room, in
+        order; returns them for :meth:`_wake_waiters`."""
         self._inflight -= n
-        waiters, self._room_waiters = self._room_waiters, []
-        return waiters
+        admitted = []
+        queue = self._room_queue
+        while queue and self._inflight < self._capacity:
+            loop, slot = queue.popleft()
+            if slot[2] == 0 and not slot[1].done():
+                slot[2] = -1
+                self._inflight += 1
+                admitted.append((loop, slot))
+        return admitted
 
-    @staticmethod
-    def _wake_waiters(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]) -> None:
-        for loop, fut in waiters:
-            _call_in_loop(loop, lambda f: f.done() or f.set_result(None), fut)
+    def _wake_waiters(self, admitted: list[tuple[asyncio.AbstractEventLoop, list]]) -> None:
+        for loop, slot in admitted:
+            _call_in_loop(loop, self._enqueue, loop, slot)
 
     # ---- submission
     def _submit(self, items: list, handlers: list | None) -> list[int]:
         """Submits admitted ``items``; ``handlers`` (one per item) receive the outcomes, or
-        they go to :meth:`collect` if None. Un-admits what is refused."""
+        they go to :meth:`collect` if None. Un-admits what is refused.
+
+        Only handlers are registered by id. A result drained while a handler submission is
+        between the core's ``submit_many`` and its registration waits in ``_early``; once no
+        such submission is in progress, whatever is left there belongs to ``collect``."""
+        n = len(items)
+        with self._lock:
+            if handlers is None:
+                self._batch_pending += n
+            else:
+                self._registering += 1
+        accepted: list[int] = []
         try:
-            ids = self._core.submit_many(items)
+            accepted = ids = self._core.submit_many(items)
+            return ids
         except (PoolFull, PoolClosed) as e:
             accepted = list(e.args[1]) if len(e.args) > 1 else []
-            self._register(accepted, handlers)
-            with self._cond:
-                waiters = self._release(len(items) - len(accepted))
-            self._wake_waiters(waiters)
-            raise type(e)(e.args[0]) from None
-        except BaseException:
-            with self._cond:
-                waiters = self._release(len(items))
-            self._wake_waiters(waiters)
-            raise
-        self._register(ids, handlers)
-        return ids
+            err = type(e)(e.args[0])
+            err.accepted = len(accepted)
+            raise err from None
+        finally:
+            self._registered(accepted, n, handlers)
 
-    def _register(self, ids: list[int], handlers: list | None) -> None:
-        late = []
-        with self._cond:
-            early = self._early
+    def _registered(self, ids: list[int], n: int, handlers: list | None) -> None:
+        late, batch = [], []
+        with self._lock:
             if handlers is None:
-                self._batch_pending += len(ids)
-                for jid in ids:
-                    self._handlers[jid] = _BATCH
+                self._batch_pending -= n - len(ids)
             else:
+                early = self._early
                 for jid, h in zip(ids, handlers, strict=False):  # ids may be a prefix
-                    self._handlers[jid] = h
-            if early:
-                for jid in ids:
                     if jid in early:
-                        late.append((jid, *early.pop(jid)))
-        if late:
-            self._route(late, converted=True)
+                        late.append((h, early.pop(jid)))
+                    else:
+                        self._handlers[jid] = h
+                self._registering -= 1
+                if not self._registering and early:
+                    batch, self._early = list(early.values()), {}
+            waiters = self._release(n - len(ids)) if len(ids) < n else []
+            if late:
+                waiters += self._release(len(late))
+            if batch:
+                self._batch_pending -= len(batch)
+                self._ready.extend(batch)
+                self._cond.notify_all()
+        self._wake_waiters(waiters)
+        for h, o in late:
+            _settle(h, o)
 
     # ---- outcomes
     def _drain(self, max_n: int | None = None) -> int:
@@ -312,40 +247,40 @@ class _JobPool:
             self._route(raw)
         return len(raw)
 
-    def _route(self, raw: list, converted: bool = False) -> None:
-        if not converted:
-            conv = self._convert
-            raw = [(j, k, conv(v)) if k == "completed" else (j, k, v) for j, k, v in raw]
+    def _route(self, raw: list[JobOutcome]) -> None:
+        """Hands each outcome to its future, or to :meth:`collect`."""
+        if self._converts:
+            conv, done = self._convert, JobStatus.COMPLETED
+            raw = [o if o[1] is not done else o._replace(result=conv(o[2])) for o in raw]
         deliver = []
-        freed = 0
-        with self._cond:
-            handlers, ready = self._handlers, self._ready
-            for jid, kind, value in raw:
-                h = handlers.pop(jid, None)
-                if h is None:  # submitted, not registered yet: `_register` picks it up
-                    self._early[jid] = (kind, value)
-                elif h is _BATCH:
-                    self._batch_pending -= 1
-                    status = _STATUS[kind]
-                    if status is JobStatus.FAILED:
-                        ready.append(JobOutcome(jid, status, None, value))
+        with self._lock:
+            if self._handlers or self._registering:
+                pop, early, ready = self._handlers.pop, self._early, self._ready
+                for o in raw:
+                    h = pop(o[0], None)
+                    if h is not None:
+                        deliver.append((h, o))
+                    elif self._registering:
+                        early[o[0]] = o
                     else:
-                        ready.append(JobOutcome(jid, status, value))
-                else:
-                    deliver.append((h, _STATUS[kind], value))
-                    freed += 1
-            waiters = self._release(freed) if freed else []
+                        self._batch_pending -= 1
+                        ready.append(o)
+            else:
+                self._batch_pending -= len(raw)
+                self._ready.extend(raw)
+            waiters = self._release(len(deliver)) if deliver else []
             self._cond.notify_all()
         self._wake_waiters(waiters)
-        for h, status, value in deliver:
-            _settle(h, status, value)
+        running = _running_loop()
+        for h, o in deliver:
+            _settle(h, o, running)
 
     def _wait(self, pred: Callable[[], bool], deadline: float | None) -> bool:
         """Waits until ``pred()`` (checked under the lock) or the deadline; drains the
         completion fd itself unless the dispatcher thread does."""
         poller = None
         while True:
-            with self._cond:
+            with self._lock:
                 if pred():
                     return True
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -376,25 +311,89 @@ class _JobPool:
         loop.add_reader(self._fd, self._drain, _READER_BATCH)
         self._loops[key] = loop
 
-    async def _run_async(self, item: Any) -> Any:
+    def _start_async(self, item: Any) -> asyncio.Future:
+        """A future of the job, on the running loop. Jobs started during one iteration of the
+        loop are submitted together; with ``backpressure="block"`` a job waits for room
+        without blocking the loop. Cancelling the future cancels the job."""
         loop = asyncio.get_running_loop()
         if self._closed:
             raise PoolClosed("the pool is closed")
         self._attach(loop)
-        await self._admit_async(1)
         fut = loop.create_future()
-        jid = self._submit([item], [(loop, fut)])[0]
+        # slot[2]: 0 waiting for room, -1 admitted, -2 gave up, or the job id
+        slot = [item, fut, 0, None]
+        slot[3] = cb = functools.partial(self._async_done, slot)
+        with self._lock:
+            if self._inflight < self._capacity:
+                self._inflight += 1
+                slot[2] = -1
+            elif not self._block:
+                raise PoolFull(f"the pool holds {self._inflight} of {self._capacity} jobs")
+            else:
+                self._room_queue.append((loop, slot))
+        fut.add_done_callback(cb)
+        if slot[2] == -1:
+            self._enqueue(loop, slot)
+        elif self._block_timeout is not None:
+            loop.call_later(self._block_timeout, self._room_timeout, slot)
+        return fut
+
+    def _async_done(self, slot: list, fut: asyncio.Future) -> None:
+        if fut.cancelled() and slot[2] > 0:
+            self._core.cancel(slot[2])
+
+    def _room_timeout(self, slot: list) -> None:
+        with self._lock:
+            if slot[2] != 0:
+                return
+            slot[2] = -2
+        if not slot[1].done():
+            slot[1].set_exception(PoolFull(f"no room within {self._block_timeout} s"))
+
+    def _enqueue(self, loop: asyncio.AbstractEventLoop, slot: list) -> None:
+        box = self._outbox.get(loop)
+        if box is None:
+            box = self._outbox[loop] = []
+            loop.call_soon(self._flush, loop)
+        box.append(slot)
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Submits the jobs queued on ``loop`` in one crossing. If the batch is refused as
+        invalid, each job is retried alone so that only the bad ones raise."""
+        box = self._outbox.pop(loop, [])
+        live = [s for s in box if not s[1].done()]
+        if len(live) < len(box):
+            with self._lock:
+                admitted = self._release(len(box) - len(live))
+            self._wake_waiters(admitted)
+        if live and not self._submit_slots(loop, live):
+            for slot in live:
+                with self._lock:
+                    self._inflight += 1  # `_submit` un-admitted the refused batch
+                self._submit_slots(loop, [slot])
+
+    def _submit_slots(self, loop: asyncio.AbstractEventLoop, slots: list[list]) -> bool:
+        """False if a batch of several jobs was refused as invalid (nothing submitted)."""
         try:
-            return await fut
-        except asyncio.CancelledError:
-            self._core.cancel(jid)
-            raise
+            ids = self._submit([s[0] for s in slots], [(loop, s[1], s[3]) for s in slots])
+        except (ValueError, TypeError) as e:
+            if len(slots) > 1:
+                return False
+            slots[0][1].set_exception(e)
+        except BaseException as e:  # closed or full: the jobs not taken fail with it
+            for s in slots[getattr(e, "accepted", 0) :]:
+                if not s[1].done():
+                    s[1].set_exception(e)
+        else:
+            for s, jid in zip(slots, ids, strict=True):
+                s[2] = jid
+        return True
 
     # ---- concurrent.futures
     def _ensure_dispatcher(self) -> None:
         if self._dispatcher is not None:
             return
-        with self._cond:
+        with self._lock:
             if self._dispatcher is not None or self._closed:
                 return
             r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -439,9 +438,13 @@ class _JobPool:
                     lambda: bool(self._ready) or self._batch_pending == 0,
                     time.monotonic() + timeout,
                 )
-        with self._cond:
-            n = len(self._ready) if max is None else min(max, len(self._ready))
-            out = [self._ready.popleft() for _ in range(n)]
+        with self._lock:
+            ready = self._ready
+            if max is None or max >= len(ready):
+                out, n = list(ready), len(ready)
+                ready.clear()
+            else:
+                out, n = [ready.popleft() for _ in range(max)], max
             waiters = self._release(n) if n else []
             if n:
                 self._cond.notify_all()
@@ -464,10 +467,10 @@ class _JobPool:
         outcome counts, jobs waiting in futures or for :meth:`collect`, and the percentiles of
         the completed jobs' wall time (``latency_s``, the last 10 000 jobs)."""
         s = self._core.stats()
-        with self._cond:
+        with self._lock:
             s["capacity"] = self._capacity
             s["inflight"] = self._inflight
-            s["futures"] = len(self._handlers) - self._batch_pending
+            s["futures"] = len(self._handlers)
             s["uncollected"] = len(self._ready)
             s["closed"] = self._closed
         s["latency_s"] = _percentiles(list(self._latencies))
@@ -483,11 +486,15 @@ class _JobPool:
         returns; outcomes of ``submit_many`` jobs stay available to :meth:`collect`.
         Idempotent; blocks until the workers stop (use :meth:`aclose` in a coroutine)."""
         with self._close_lock:
-            with self._cond:
+            with self._lock:
                 self._closed = True
-                waiters = self._release(0)
+                waiting = [(lp, sl) for lp, sl in self._room_queue if sl[2] == 0]
+                for _, sl in waiting:
+                    sl[2] = -2
+                self._room_queue.clear()
                 self._cond.notify_all()
-            self._wake_waiters(waiters)
+            for lp, sl in waiting:
+                _call_in_loop(lp, _fail, sl[1], PoolClosed("the pool is closed"))
             os.write(self._kick[1], b"x")
             self._core.close(bool(drain))
             while self._drain():
@@ -508,7 +515,7 @@ class _JobPool:
             t.join()
         os.close(wake[0])
         os.close(wake[1])
-        with self._cond:
+        with self._lock:
             self._wake = None
             self._dispatcher = None
             self._cond.notify_all()
@@ -533,40 +540,6 @@ class _JobPool:
         await self.aclose(drain=exc_type is None)
 
 
-def _check_int(name: str, v: object, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {v}")
-    return v
-
-
-def _schedule(
-    group: int = 0,
-    priority: int = 0,
-    deadline: float | None = None,
-    deadline_at: float | None = None,
-) -> tuple[int, int, float | None]:
-    """Checks the scheduling keywords; the deadline becomes seconds from now."""
-    _check_int("group", group, 0, (1 << 64) - 1)
-    _check_int("priority", priority, -(1 << 31), (1 << 31) - 1)
-    if deadline is not None and deadline_at is not None:
-        raise TypeError(
-            "give deadline (seconds from now) or deadline_at (time.monotonic()), not both"
-        )
-    rel = None
-    for name, v in (("deadline", deadline), ("deadline_at", deadline_at)):
-        if v is None:
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-            raise TypeError(f"{name} must be a number of seconds, got {v!r}")
-        rel = float(v) if name == "deadline" else float(v) - time.monotonic()
-    return group, priority, rel
-
-
-_SCHED_KEYS = frozenset({"group", "priority", "deadline", "deadline_at"})
-
-
 class _TestPool(_JobPool):
     """A pool of fake jobs (tests and benchmarks): ``(op, arg)`` with the ops below."""
 
@@ -580,9 +553,8 @@ class _TestPool(_JobPool):
         backpressure: str = "block",
         block_timeout: float | None = None,
     ) -> None:
-        core = _core._TestPool(
-            workers, 2 * capacity + 64, retries, 1.0 if backpressure == "block" else None
-        )
+        block = 1.0 if backpressure == "block" else None
+        core = _core._TestPool(workers, 2 * capacity + 64, retries, block, _OUTCOME)
         super().__init__(core, capacity, backpressure, block_timeout)
 
     def _item(self, op: int, arg: int, kw: Mapping[str, Any]) -> tuple:
@@ -591,8 +563,8 @@ class _TestPool(_JobPool):
     def submit(self, op: int, arg: int = 0, **kw: Any) -> PoolFuture:
         return self._submit_futures([self._item(op, arg, kw)])[0]
 
-    async def run(self, op: int, arg: int = 0, **kw: Any) -> Any:
-        return await self._run_async(self._item(op, arg, kw))
+    def run(self, op: int, arg: int = 0, **kw: Any) -> asyncio.Future:
+        return self._start_async(self._item(op, arg, kw))
 
     def submit_many(self, jobs: list) -> list[int]:
         """Jobs are ints (no-ops returning the int) or ``(op, arg, group, priority, deadline)``."""

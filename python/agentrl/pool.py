@@ -6,13 +6,16 @@ See :class:`SandboxPool`; the outcome types and the routing machinery are in
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from agentrl import _core
-from agentrl._jobs import (
+from agentrl._jobs import _JobPool
+from agentrl.jobs import (
+    _OUTCOME,
     _SCHED_KEYS,
     JobExpired,
     JobFailed,
@@ -22,7 +25,6 @@ from agentrl._jobs import (
     PoolFull,
     PoolFuture,
     _check_int,
-    _JobPool,
     _schedule,
 )
 from agentrl.limits import Limits
@@ -46,10 +48,11 @@ _RUN_KEYS = frozenset({"stdin", "files", "collect", "limits", "cwd", "env"})
 class SandboxPool(_JobPool):
     """Runs many sandbox jobs at once on the Rust scheduler's worker threads.
 
-    * ``workers``: worker threads, i.e. boxes running at once. ``None``: one per core. Runs
-      are latency-bound, so more workers than cores can raise throughput a little on hosts
-      with spare CPU; measured on 2 cores, 2 to 4 workers all reach the same throughput, so the
-      default stays one per core (see ``benches/README.md``).
+    * ``workers``: worker threads, i.e. boxes running at once. ``None``: two per core. A run
+      is latency-bound (much of it is the kernel setting up and tearing down namespaces,
+      mounts and cgroups, and waiting on the box), so one worker per core leaves the CPUs
+      partly idle: on 2 cores, 4 workers ran 20-50% more jobs per second than 2, and 8 only a
+      little more than 4 (``benches/bench_pool.py --only workers``; ``benches/README.md``).
     * ``limits``: default :class:`Limits` of each job (default: the sandbox's).
     * ``capacity``: most jobs in the pool at once, counting queued, running and finished jobs
       whose outcome has not been handed over (a resolved future, or :meth:`collect`).
@@ -66,7 +69,11 @@ class SandboxPool(_JobPool):
     keywords are those of :meth:`Sandbox.run` / :meth:`Sandbox.run_python` plus ``group``
     (an int, for :meth:`cancel`), ``priority`` (higher first, FIFO within one; -3..3 have
     their own lanes, others are clamped), and ``deadline`` (seconds from now) or
-    ``deadline_at`` (a :func:`time.monotonic` time). Bad arguments raise at submission.
+    ``deadline_at`` (a :func:`time.monotonic` time): a job that has not started by then
+    expires; a running job is bounded by its limits. Bad arguments raise at submission.
+
+    Close the pool (or use ``with`` / ``async with``): :meth:`close` stops the workers, the
+    dispatcher thread of :meth:`submit` futures and the asyncio readers.
     """
 
     def __init__(
@@ -80,7 +87,7 @@ class SandboxPool(_JobPool):
         sandbox: Sandbox | Mapping[str, Any] | None = None,
     ) -> None:
         if workers is None:
-            workers = os.cpu_count() or 1
+            workers = 2 * (os.cpu_count() or 1)
         _check_int("workers", workers, 1, 4096)
         _check_int("capacity", capacity, 1, 1 << 30)
         _check_int("retries", retries, 0, 1000)
@@ -101,13 +108,19 @@ class SandboxPool(_JobPool):
         self._limits = limits
         # Scheduler slots beyond `capacity`: a job cancelled while queued keeps its slot until
         # a worker skips it, after its outcome has freed the room here.
-        core = _core.Pool(
-            self._sandbox._inner,
-            workers,
-            2 * capacity + 64,
-            retries,
-            1.0 if backpressure == "block" else None,
-        )
+        try:
+            core = _core.Pool(
+                self._sandbox._inner,
+                workers,
+                2 * capacity + 64,
+                retries,
+                1.0 if backpressure == "block" else None,
+                _OUTCOME,
+            )
+        except BaseException:
+            if self._owns_sandbox:
+                self._sandbox.close()
+            raise
         super().__init__(core, capacity, backpressure, block_timeout)
 
     @property
@@ -191,15 +204,17 @@ class SandboxPool(_JobPool):
         """Submits Python ``source`` (see :meth:`Sandbox.run_python`)."""
         return self._submit_futures([self._item(source, True, kw)])[0]
 
-    async def run(self, argv: Sequence[Any], **kw: Any) -> ExecResult:
-        """Runs ``argv`` on the pool from a coroutine. Cancelling the awaiting task cancels the
-        job; ``cancelled``/``expired``/``failed`` raise ``CancelledError``/:class:`JobExpired`/
-        :class:`JobFailed`."""
-        return await self._run_async(self._item(argv, False, kw))
+    def run(self, argv: Sequence[Any], **kw: Any) -> asyncio.Future[ExecResult]:
+        """``await pool.run(argv, ...)`` from a coroutine: an asyncio future of the result,
+        resolved from the loop's reader on the completion fd (default loop or uvloop).
+        Cancelling it (or the task awaiting it) cancels the job and kills its box;
+        ``cancelled``/``expired``/``failed`` jobs raise ``CancelledError``/:class:`JobExpired`/
+        :class:`JobFailed`. Jobs started in one loop iteration cross to Rust in one batch."""
+        return self._start_async(self._item(argv, False, kw))
 
-    async def run_python(self, source: str, **kw: Any) -> ExecResult:
+    def run_python(self, source: str, **kw: Any) -> asyncio.Future[ExecResult]:
         """:meth:`run` for Python ``source``."""
-        return await self._run_async(self._item(source, True, kw))
+        return self._start_async(self._item(source, True, kw))
 
     def submit_many(self, jobs: Iterable[Any], **common: Any) -> list[int]:
         """Submits a batch in one crossing; outcomes come from :meth:`collect`. Each job is an

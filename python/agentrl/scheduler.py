@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import enum
+import functools
 import inspect
 import itertools
 import logging
@@ -41,10 +41,11 @@ import time
 import traceback
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentrl._jobs import _percentiles
+from agentrl.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
 
 __all__ = [
     "Episode",
@@ -109,83 +110,6 @@ class SchedulerConfig:
             raise ValueError(f"batch_wait_s must be non-negative, got {self.batch_wait_s}")
         if self.on_policy_update not in ("continue", "abort"):
             raise ValueError('on_policy_update must be "continue" or "abort"')
-
-
-class EpisodeStatus(str, enum.Enum):
-    """Where an episode is."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    DONE = "done"
-    """The environment said done."""
-    TRUNCATED = "truncated"
-    """It reached ``max_turns``."""
-    FAILED = "failed"
-    """Its environment or generation raised; see ``error``."""
-
-
-@dataclass
-class Turn:
-    """One generation step and the environment step that answered it."""
-
-    observation: Any
-    """What the policy saw."""
-    action: Any
-    """What ``generate`` returned for this episode."""
-    version: int
-    """Policy version when the ``generate`` call that made the action started."""
-    reward: float = 0.0
-    info: Any = None
-
-
-@dataclass
-class Episode:
-    """One rollout: the unit ``generate`` receives (in batches) and groups are made of."""
-
-    id: int
-    group_id: int
-    index: int
-    """Position within its group."""
-    task: Any
-    observation: Any = None
-    """The latest observation (what the next generation step answers)."""
-    turns: list[Turn] = field(default_factory=list)
-    status: EpisodeStatus = EpisodeStatus.PENDING
-    error: BaseException | None = None
-    traceback: str | None = None
-    start_version: int = -1
-    """Policy version when it was (last) admitted."""
-    admitted_as: int = -1
-    """Its rank among all admitted episodes (1-based); the staleness bound applies to it."""
-    restarts: int = 0
-    """Times it was aborted by a policy update and re-queued."""
-
-    @property
-    def total_reward(self) -> float:
-        return sum(t.reward for t in self.turns)
-
-    @property
-    def versions(self) -> tuple[int, ...]:
-        """Distinct policy versions of its turns, in order."""
-        return tuple(dict.fromkeys(t.version for t in self.turns))
-
-
-@dataclass
-class EpisodeGroup:
-    """The episodes of one task, delivered together once all have finished."""
-
-    id: int
-    task: Any
-    episodes: list[Episode]
-
-    @property
-    def ok(self) -> bool:
-        """No episode failed."""
-        return all(e.status is not EpisodeStatus.FAILED for e in self.episodes)
-
-    @property
-    def failed(self) -> list[Episode]:
-        return [e for e in self.episodes if e.status is EpisodeStatus.FAILED]
 
 
 _END = object()
@@ -313,8 +237,13 @@ class RolloutScheduler:
     # ---- input
     def submit_group(self, task: Any, n: int = 1) -> int:
         """Queues ``n`` episodes of ``task`` that leave together as one group; returns its id."""
-        if self._closed or self._input_ended:
+        if self._input_ended:
             raise RuntimeError("the scheduler takes no more tasks")
+        return self._submit_group(task, n)
+
+    def _submit_group(self, task: Any, n: int) -> int:
+        if self._closed:
+            raise RuntimeError("the scheduler is closed")
         c = self.config
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive int, got {n!r}")
@@ -334,6 +263,10 @@ class RolloutScheduler:
         endless iterator is fine). With ``last``, the input ends after it (see :meth:`groups`)."""
         if self._loop is None:
             raise RuntimeError("start the scheduler first")
+        if self._input_ended:
+            raise RuntimeError("the scheduler takes no more tasks")
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
         self._feeders += 1
         return self._spawn(self._feed(tasks, group_size, last))
 
@@ -349,7 +282,7 @@ class RolloutScheduler:
                     task = await it.__anext__() if hasattr(it, "__anext__") else next(it)
                 except (StopIteration, StopAsyncIteration):
                     break
-                self.submit_group(task, n)
+                self._submit_group(task, n)
         finally:
             self._feeders -= 1
             if last:
@@ -381,7 +314,9 @@ class RolloutScheduler:
             self._pending.popleft()
             self._inflight += 1
             ep.status, ep.start_version = EpisodeStatus.RUNNING, self._version
-            self._tasks[ep.id] = (ep, self._loop.create_task(self._episode(ep)))
+            task = self._loop.create_task(self._episode(ep))
+            task.add_done_callback(functools.partial(self._episode_done, ep))
+            self._tasks[ep.id] = (ep, task)
         if self._want_tasks is not None and len(self._pending) < self.config.max_batch:
             self._want_tasks.set()
 
@@ -412,9 +347,9 @@ class RolloutScheduler:
         r = fn(*args)
         return await r if inspect.isawaitable(r) else r
 
-    async def _episode(self, ep: Episode) -> None:
+    async def _episode(self, ep: Episode) -> bool:
+        """Runs one attempt of ``ep``; true if it was aborted by a policy update."""
         env = None
-        aborted = False
         try:
             env = self._env_factory(ep.task)
             ep.observation = await self._guard(ep, self._call(env.reset, ep.task))
@@ -440,20 +375,33 @@ class RolloutScheduler:
         except asyncio.CancelledError:
             if ep.id not in self._abort or self._closed:
                 raise
-            aborted = True
             task = asyncio.current_task()
             if task is not None and hasattr(task, "uncancel"):
                 task.uncancel()
+            return True
         except Exception as e:
             ep.status, ep.error = EpisodeStatus.FAILED, e
             ep.traceback = traceback.format_exc()
             log.warning("episode %d (group %d) failed: %r", ep.id, ep.group_id, e)
         finally:
-            self._tasks.pop(ep.id, None)
-            self._abort.discard(ep.id)
             if env is not None and hasattr(env, "close"):
                 with contextlib.suppress(Exception):
                     await self._call(env.close)
+        return False
+
+    def _episode_done(self, ep: Episode, task: asyncio.Task) -> None:
+        """Done callback of an episode's task (also of one cancelled before it ran)."""
+        self._tasks.pop(ep.id, None)
+        aborting = ep.id in self._abort
+        self._abort.discard(ep.id)
+        if self._closed:
+            return
+        if task.cancelled():
+            aborted = aborting
+        elif task.exception() is not None:  # a BaseException the episode did not catch
+            ep.status, ep.error, aborted = EpisodeStatus.FAILED, task.exception(), False
+        else:
+            aborted = task.result()
         self._inflight -= 1
         if aborted:
             ep.turns, ep.observation, ep.status = [], None, EpisodeStatus.PENDING
@@ -508,6 +456,7 @@ class RolloutScheduler:
             and self._inflight == 0
             and not self._groups
             and not self._exhausted
+            and not self._closed
             and self._output is not None
         ):
             self._exhausted = True

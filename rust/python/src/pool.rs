@@ -21,12 +21,14 @@ use std::time::{Duration, Instant};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 
 use agentrl_sandbox as sb;
 use agentrl_scheduler as sched;
 
 use crate::{limits_from, result_dict, AgentRLError, LimitsTuple, PySandbox};
+
+mod testing;
 
 create_exception!(
     _core,
@@ -44,7 +46,7 @@ create_exception!(
 /// Registers the classes and exceptions of this module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPool>()?;
-    m.add_class::<TestPool>()?;
+    m.add_class::<testing::TestPool>()?;
     m.add("PoolFull", m.py().get_type::<PoolFull>())?;
     m.add("PoolClosed", m.py().get_type::<PoolClosed>())?;
     Ok(())
@@ -82,51 +84,6 @@ impl sched::Executor for SandboxExec {
             )),
             Ok(r) => Ok(r),
             Err(e) => Err(sched::InfraError::new(e.to_string())),
-        }
-    }
-}
-
-const OP_NOOP: u8 = 0;
-const OP_SLEEP: u8 = 1;
-const OP_INFRA: u8 = 2;
-const OP_FLAKY: u8 = 3;
-const OP_PANIC: u8 = 4;
-
-/// The fake executor of `_TestPool`; a job is `(op, arg)`.
-struct FakeExec;
-
-impl sched::Executor for FakeExec {
-    type Job = (u8, u64);
-    type Output = u64;
-
-    fn execute(
-        &self,
-        &(op, arg): &(u8, u64),
-        cancel: &sched::CancelToken<'_>,
-    ) -> Result<u64, sched::InfraError> {
-        match op {
-            OP_SLEEP => {
-                let end = Instant::now() + Duration::from_micros(arg);
-                let me = std::thread::current();
-                let _guard = cancel.on_cancel(move || me.unpark());
-                while !cancel.is_cancelled() {
-                    let now = Instant::now();
-                    if now >= end {
-                        break;
-                    }
-                    std::thread::park_timeout(end - now);
-                }
-                Ok(arg)
-            }
-            OP_INFRA => Err(sched::InfraError::new("injected infrastructure fault")),
-            OP_FLAKY if u64::from(cancel.attempt()) < arg => Err(sched::InfraError::new(format!(
-                "injected fault on attempt {}",
-                cancel.attempt()
-            ))),
-            OP_FLAKY => Ok(u64::from(cancel.attempt())),
-            // Unwinds without the panic hook, so that tests do not print a backtrace.
-            OP_PANIC => std::panic::resume_unwind(Box::new("injected panic")),
-            _ => Ok(arg),
         }
     }
 }
@@ -211,12 +168,26 @@ fn spec<J>(
     Ok(s)
 }
 
+/// Batches up to this size are submitted without releasing the GIL: handing it over costs
+/// more than the submission, and lets a thread waiting for it (the dispatcher) in for each
+/// job. The submission does not wait on anything that needs the GIL.
+const SMALL_BATCH: usize = 32;
+
+/// Runs `f` without the GIL if `n` is more than a small batch.
+fn maybe_detach<T: Send>(py: Python<'_>, n: usize, f: impl FnOnce() -> T + Send) -> T {
+    if n > SMALL_BATCH {
+        py.detach(f)
+    } else {
+        f()
+    }
+}
+
 fn submit<E: sched::Executor>(
     py: Python<'_>,
     pool: &sched::Pool<E>,
     specs: Vec<sched::JobSpec<E::Job>>,
 ) -> PyResult<Vec<u64>> {
-    match py.detach(|| pool.submit_many(specs)) {
+    match maybe_detach(py, specs.len(), || pool.submit_many(specs)) {
         Ok(ids) => Ok(ids.into_iter().map(u64::from).collect()),
         Err(e) => {
             let accepted: Vec<u64> = e.accepted.iter().map(|&i| u64::from(i)).collect();
@@ -261,13 +232,48 @@ fn drain<E: sched::Executor>(
     }))
 }
 
-/// `[(id, kind, value)]` with `value` made by `completed` for completed jobs.
+/// How `collect` shapes one result: `(id, kind, value)` with `kind` a string, or, once the
+/// Python side has given its record type, an instance of that tuple subclass made of
+/// `(id, status, result, reason)` with its own four status objects (no per-result work left
+/// for Python).
+struct Shape {
+    new: Py<PyAny>,
+    cls: Py<PyAny>,
+    kinds: [Py<PyAny>; 4],
+}
+
+type ShapeArg<'py> = (
+    Bound<'py, PyType>,
+    (
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+    ),
+);
+
+fn shape(py: Python<'_>, arg: Option<ShapeArg<'_>>) -> PyResult<Option<Shape>> {
+    let Some((cls, (a, b, c, d))) = arg else {
+        return Ok(None);
+    };
+    if !cls.is_subclass_of::<PyTuple>()? {
+        return Err(PyValueError::new_err("outcome type must subclass tuple"));
+    }
+    Ok(Some(Shape {
+        new: py.get_type::<PyTuple>().getattr("__new__")?.unbind(),
+        cls: cls.into_any().unbind(),
+        kinds: [a.unbind(), b.unbind(), c.unbind(), d.unbind()],
+    }))
+}
+
+/// The results as Python objects; `completed` makes the value of a completed job.
 fn outcomes<'py, R>(
     py: Python<'py>,
     drained: Drained<R>,
+    shape: Option<&Shape>,
     mut completed: impl FnMut(Python<'py>, R) -> PyResult<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let kinds = [
+    let names = [
         pyo3::intern!(py, "completed"),
         pyo3::intern!(py, "cancelled"),
         pyo3::intern!(py, "expired"),
@@ -275,21 +281,26 @@ fn outcomes<'py, R>(
     ];
     let list = PyList::empty(py);
     for (id, outcome) in drained {
-        let (kind, value): (&Bound<'py, PyString>, Bound<'py, PyAny>) = match outcome {
-            sched::Outcome::Completed(r) => (kinds[0], completed(py, r)?),
-            sched::Outcome::Cancelled => (kinds[1], py.None().into_bound(py)),
-            sched::Outcome::Expired => (kinds[2], py.None().into_bound(py)),
-            sched::Outcome::Failed(reason) => (kinds[3], PyString::new(py, &reason).into_any()),
+        let id = u64::from(id).into_pyobject(py)?.into_any();
+        let none = || py.None().into_bound(py);
+        let (k, value, reason) = match outcome {
+            sched::Outcome::Completed(r) => (0, completed(py, r)?, none()),
+            sched::Outcome::Cancelled => (1, none(), none()),
+            sched::Outcome::Expired => (2, none(), none()),
+            sched::Outcome::Failed(why) => (3, none(), PyString::new(py, &why).into_any()),
         };
-        let t = PyTuple::new(
-            py,
-            [
-                u64::from(id).into_pyobject(py)?.into_any(),
-                kind.clone().into_any(),
-                value,
-            ],
-        )?;
-        list.append(t)?;
+        let item = match shape {
+            None => {
+                let value = if k == 3 { reason } else { value };
+                PyTuple::new(py, [id, names[k].clone().into_any(), value])?.into_any()
+            }
+            Some(s) => {
+                let kind = s.kinds[k].bind(py).clone();
+                let fields = PyTuple::new(py, [id, kind, value, reason])?;
+                s.new.bind(py).call1((s.cls.bind(py), fields))?
+            }
+        };
+        list.append(item)?;
     }
     Ok(list)
 }
@@ -360,14 +371,17 @@ type SandboxItem = (
 #[pyclass(frozen, name = "Pool", module = "agentrl._core")]
 struct PyPool {
     pool: Arc<sched::Pool<SandboxExec>>,
+    shape: Option<Shape>,
 }
 
 #[pymethods]
 impl PyPool {
     /// `block_timeout`: None fails a submission at once when the pool is full; a number of
-    /// seconds waits that long for room.
+    /// seconds waits that long for room. `outcome`: `(record type, (completed, cancelled,
+    /// expired, failed))` to have `collect` build the records (see `Shape`).
     #[new]
-    #[pyo3(signature = (sandbox, workers, capacity, retries, block_timeout=None))]
+    #[pyo3(signature = (sandbox, workers, capacity, retries, block_timeout=None, outcome=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         sandbox: PyRef<'_, PySandbox>,
@@ -375,12 +389,14 @@ impl PyPool {
         capacity: usize,
         retries: u32,
         block_timeout: Option<f64>,
+        outcome: Option<ShapeArg<'_>>,
     ) -> PyResult<Self> {
         let config = config(workers, capacity, retries, block_timeout, "agentrl-pool")?;
         let exec = SandboxExec {
             sandbox: sandbox.inner.clone(),
         };
         Ok(PyPool {
+            shape: shape(py, outcome)?,
             pool: new_pool(py, exec, config)?,
         })
     }
@@ -390,7 +406,7 @@ impl PyPool {
     fn submit_many(&self, py: Python<'_>, items: Vec<SandboxItem>) -> PyResult<Vec<u64>> {
         let sandbox = &self.pool.executor().sandbox;
         let mut specs = Vec::with_capacity(items.len());
-        for (i, it) in items.into_iter().enumerate() {
+        for it in items {
             let req = sb::RunRequest {
                 argv: it.0,
                 stdin: it.1,
@@ -402,11 +418,16 @@ impl PyPool {
                 warm: it.7,
                 ..sb::RunRequest::default()
             };
-            sandbox
-                .check(&req)
-                .map_err(|e| PyValueError::new_err(format!("job {i}: {e}")))?;
             specs.push(spec(req, it.8, it.9, it.10)?);
         }
+        maybe_detach(py, specs.len(), || {
+            specs.iter().enumerate().try_for_each(|(i, s)| {
+                sandbox
+                    .check(&s.payload)
+                    .map_err(|e| format!("job {i}: {e}"))
+            })
+        })
+        .map_err(PyValueError::new_err)?;
         submit(py, &self.pool, specs)
     }
 
@@ -419,7 +440,9 @@ impl PyPool {
         timeout: f64,
     ) -> PyResult<Bound<'py, PyList>> {
         let drained = drain(py, &self.pool, max, timeout)?;
-        outcomes(py, drained, |py, r| result_dict(py, r).map(Bound::into_any))
+        outcomes(py, drained, self.shape.as_ref(), |py, r| {
+            result_dict(py, r).map(Bound::into_any)
+        })
     }
 
     /// Cancels one job; true iff its outcome will be `cancelled`.
@@ -442,100 +465,6 @@ impl PyPool {
     }
 
     /// Stops the workers (after running what is queued if `drain`, else cancelling it).
-    fn close(&self, py: Python<'_>, drain: bool) {
-        close(py, &self.pool, drain);
-    }
-
-    #[getter]
-    fn closed(&self) -> bool {
-        self.pool.is_closed()
-    }
-
-    #[getter]
-    fn workers(&self) -> usize {
-        self.pool.workers()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The test pool.
-
-/// A pool with a fake executor. A job is an int `n` (a no-op whose result is `n`) or a tuple
-/// `(op, arg, group, priority, deadline)`; ops: 0 no-op (result `arg`), 1 sleep `arg`
-/// microseconds (cancellable), 2 infrastructure fault on every attempt, 3 infrastructure
-/// fault on the first `arg` attempts (result: the attempt that succeeded), 4 panic.
-#[pyclass(frozen, name = "_TestPool", module = "agentrl._core")]
-struct TestPool {
-    pool: Arc<sched::Pool<FakeExec>>,
-}
-
-#[pymethods]
-impl TestPool {
-    #[new]
-    #[pyo3(signature = (workers, capacity, retries, block_timeout=None))]
-    fn new(
-        py: Python<'_>,
-        workers: usize,
-        capacity: usize,
-        retries: u32,
-        block_timeout: Option<f64>,
-    ) -> PyResult<Self> {
-        let config = config(
-            workers,
-            capacity,
-            retries,
-            block_timeout,
-            "agentrl-testpool",
-        )?;
-        Ok(TestPool {
-            pool: new_pool(py, FakeExec, config)?,
-        })
-    }
-
-    fn submit_many(&self, py: Python<'_>, items: &Bound<'_, PyList>) -> PyResult<Vec<u64>> {
-        let mut specs = Vec::with_capacity(items.len());
-        for item in items.iter() {
-            if let Ok(n) = item.extract::<u64>() {
-                specs.push(sched::JobSpec::new((OP_NOOP, n)));
-                continue;
-            }
-            let (op, arg, group, priority, deadline): (u8, u64, u64, i32, Option<f64>) =
-                item.extract()?;
-            if op > OP_PANIC {
-                return Err(PyValueError::new_err(format!("unknown op {op}")));
-            }
-            specs.push(spec((op, arg), group, priority, deadline)?);
-        }
-        submit(py, &self.pool, specs)
-    }
-
-    #[pyo3(signature = (max=None, timeout=0.0))]
-    fn collect<'py>(
-        &self,
-        py: Python<'py>,
-        max: Option<usize>,
-        timeout: f64,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let drained = drain(py, &self.pool, max, timeout)?;
-        outcomes(py, drained, |py, r| Ok(r.into_pyobject(py)?.into_any()))
-    }
-
-    fn cancel(&self, py: Python<'_>, id: u64) -> bool {
-        cancel_one(py, &self.pool, id)
-    }
-
-    fn cancel_group(&self, py: Python<'_>, group: u64) -> usize {
-        cancel_group(py, &self.pool, group)
-    }
-
-    fn completion_fd(&self) -> i32 {
-        self.pool.completion_fd()
-    }
-
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, &self.pool)
-    }
-
     fn close(&self, py: Python<'_>, drain: bool) {
         close(py, &self.pool, drain);
     }
