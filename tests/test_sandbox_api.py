@@ -383,3 +383,18 @@ def test_close_waits_for_runs_in_flight():
     t.join()
     assert len(results) == 1 and results[0].ok, results
     assert_host_clean()
+
+
+def test_host_process_stays_dumpable() -> None:
+    """The spawn path switches uids (which clears the process's dumpable flag) and restores it:
+    the host keeps its core dumps and stays debuggable."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_get_dumpable, pr_set_dumpable = 3, 4
+    libc.prctl(pr_set_dumpable, 1, 0, 0, 0)
+    with Sandbox() as box:
+        for _ in range(5):
+            assert box.run(["/bin/true"]).ok
+            assert box.run_python("pass").ok
+        assert libc.prctl(pr_get_dumpable, 0, 0, 0, 0) == 1

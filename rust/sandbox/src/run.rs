@@ -452,6 +452,7 @@ pub(crate) fn clone_box(
         work_mount_fd: spec.work_mount.map(|f| f.as_raw_fd()).unwrap_or(-1),
         stack2_top: slot.stack2.top(),
         init_path: &slot.init_path,
+        host_dumpable: shared.host_dumpable,
     };
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -481,6 +482,11 @@ pub(crate) fn clone_box(
             "cannot switch the slot thread back to root: {}",
             std::io::Error::last_os_error()
         );
+    }
+    if shared.host_dumpable {
+        // Changing the effective uid cleared the process's (memory-wide) dumpable flag.
+        // SAFETY: prctl with flags only.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
     }
     let (pid, pidfd) = cloned.map_err(|e| format!("clone: {e}"))?;
     // SAFETY: fresh pidfd from clone.

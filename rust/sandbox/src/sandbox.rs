@@ -84,6 +84,9 @@ pub(crate) struct Shared {
     cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
     pub cap_last: u32,
+    /// Whether the host process was dumpable when the sandbox was made: the uid switches of
+    /// the spawn path clear that flag, and they restore it.
+    pub host_dumpable: bool,
 }
 
 /// An isolated execution environment for untrusted programs. Cheap to share: clone the handle
@@ -166,6 +169,8 @@ impl Sandbox {
             cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
             cap_last,
+            // SAFETY: prctl with a query only.
+            host_dumpable: unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 1,
             base_env,
             sessions: Mutex::new(None),
         });

@@ -185,6 +185,9 @@ pub struct ChildPlan<'a> {
     pub stack2_top: *mut c_void,
     /// `/.agentrl/init`.
     pub init_path: &'a CStr,
+    /// Whether the host process was dumpable: until `execve` the child shares its memory, and
+    /// every uid change clears that (memory-wide) flag, so each one restores it.
+    pub host_dumpable: bool,
 }
 
 const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
@@ -485,6 +488,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
             step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, 0, 0, 0));
             step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, 0, 0, 0));
+            restore_dumpable(p);
             step!(
                 p,
                 Step::DeathSig,
@@ -514,6 +518,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
         step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, 0, 0, 0));
         step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, 0, 0, 0));
+        restore_dumpable(p);
         step!(
             p,
             Step::DeathSig,
@@ -572,6 +577,15 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         syscall3(libc::SYS_exit_group, 126, 0, 0);
         #[allow(clippy::empty_loop)]
         loop {}
+    }
+}
+
+/// See [`ChildPlan::host_dumpable`].
+#[inline(always)]
+fn restore_dumpable(p: &ChildPlan<'_>) {
+    if p.host_dumpable {
+        // SAFETY: prctl with flags only.
+        unsafe { syscall3(libc::SYS_prctl, libc::PR_SET_DUMPABLE as usize, 1, 0) };
     }
 }
 
@@ -644,6 +658,7 @@ unsafe fn program_main(p: &ChildPlan<'_>) -> ! {
         let id = p.box_id as usize;
         step!(p, Step::Setgid, syscall3(libc::SYS_setresgid, id, id, id));
         step!(p, Step::Setuid, syscall3(libc::SYS_setresuid, id, id, id));
+        restore_dumpable(p);
         drop_capabilities(p);
         step!(
             p,
