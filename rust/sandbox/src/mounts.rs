@@ -70,6 +70,37 @@ fn cpath(p: &Path) -> CString {
     c(p.as_os_str().as_bytes())
 }
 
+/// Gives the calling thread a mount namespace of its own whose mounts are all private
+/// (`CLONE_FS` too: a thread that shares its fs_struct may not change mount namespace).
+/// `whose` names the thread in errors.
+pub(crate) fn private_mount_namespace(whose: &str) -> crate::error::Result<()> {
+    // SAFETY: unshare affects only this thread's fs and mount namespace.
+    if unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) } < 0 {
+        return Err(Error::setup_io(
+            format!("unsharing the {whose} mount namespace"),
+            io::Error::last_os_error(),
+        ));
+    }
+    let root = c"/";
+    // SAFETY: mount with NULL source/type/data and a valid path.
+    if unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    } < 0
+    {
+        return Err(Error::setup_io(
+            format!("making the {whose} mounts private"),
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
 /// Creates a detached tmpfs mount with the given options and mount attributes.
 pub(crate) fn new_tmpfs(options: &[(&str, String)], attrs: u64) -> io::Result<OwnedFd> {
     let name = c(b"tmpfs");

@@ -593,32 +593,8 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         libc::sigfillset(&mut set);
         libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     }
-    // A private mount namespace for this thread alone (CLONE_FS first: a thread that shares
-    // its fs_struct may not change mount namespace).
-    // SAFETY: unshare affects only this thread's fs and mount namespace.
-    if unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) } < 0 {
-        return Err(Error::setup_io(
-            "unsharing the slot's mount namespace",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    let root = c"/";
-    // SAFETY: mount with NULL source/type/data and a valid path.
-    if unsafe {
-        libc::mount(
-            std::ptr::null(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    } < 0
-    {
-        return Err(Error::setup_io(
-            "making the slot's mounts private",
-            std::io::Error::last_os_error(),
-        ));
-    }
+    // A private mount namespace for this thread alone.
+    crate::mounts::private_mount_namespace("slot's")?;
     if !shared.config.network {
         crate::net::unshare_thread_netns()
             .map_err(|e| Error::setup_io("creating the slot's network namespace", e))?;

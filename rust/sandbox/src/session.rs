@@ -102,30 +102,7 @@ impl Manager {
 }
 
 fn init() -> Result<State> {
-    // SAFETY: unshare affects only this thread's fs and mount namespace.
-    if unsafe { libc::unshare(libc::CLONE_FS | libc::CLONE_NEWNS) } < 0 {
-        return Err(Error::setup_io(
-            "unsharing the session thread's mounts",
-            io::Error::last_os_error(),
-        ));
-    }
-    let root = c"/";
-    // SAFETY: mount with NULL source/type/data and a valid path.
-    if unsafe {
-        libc::mount(
-            std::ptr::null(),
-            root.as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        )
-    } < 0
-    {
-        return Err(Error::setup_io(
-            "making the session mounts private",
-            io::Error::last_os_error(),
-        ));
-    }
+    crate::mounts::private_mount_namespace("session thread's")?;
     // A private tmpfs for the mount points, over /tmp of this thread's namespace only.
     let base = PathBuf::from("/tmp");
     let fd = new_tmpfs(
