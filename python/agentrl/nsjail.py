@@ -82,7 +82,6 @@ What nsjail cannot report, and other differences
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import errno
@@ -115,6 +114,7 @@ from agentrl.sandbox import (
     Sandbox,
     StrOrBytesPath,
     _bind_tuple,
+    _check_common,
     _env_pairs,
     _interpreter_paths,
     _to_bytes,
@@ -1172,16 +1172,9 @@ class NsjailSandbox(Sandbox):
         nsjail: str | None = None,
         backend: str = "nsjail",
     ) -> None:
-        if limits is None:
-            limits = Limits()
-        if not isinstance(limits, Limits):
-            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
-        if max_concurrency is None:
-            max_concurrency = max(4, 2 * (os.cpu_count() or 1))
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-            raise TypeError("max_concurrency must be an int")
-        if not 1 <= max_concurrency <= 4096:
-            raise ValueError(f"max_concurrency must be between 1 and 4096, got {max_concurrency}")
+        limits, max_concurrency = _check_common(
+            limits, max_concurrency, max(4, 2 * (os.cpu_count() or 1))
+        )
         if isinstance(preimports, str):
             raise TypeError("preimports must be a sequence of module names, not a single string")
         tuple(preimports)
@@ -1347,24 +1340,9 @@ class NsjailSandbox(Sandbox):
     # -- properties ----------------------------------------------------------------------
 
     @property
-    def limits(self) -> Limits:
-        """The default limits of each run."""
-        return self._limits
-
-    @property
-    def network(self) -> bool:
-        """Whether boxes share the host network (unsafe)."""
-        return self._network
-
-    @property
     def cgroup_version(self) -> str | None:
         """``"v1"`` or ``"v2"``: which cgroup hierarchy enforces memory and pids."""
         return self._cgroups.version if self._cgroups else None
-
-    @property
-    def python(self) -> str:
-        """Path of the interpreter that ``run_python`` uses (usable inside the box)."""
-        return self._python
 
     @property
     def warm(self) -> bool:
@@ -1499,11 +1477,6 @@ class NsjailSandbox(Sandbox):
             limits=limits,
             env=env,
         )
-
-    async def arun(self, argv: Sequence[StrOrBytesPath], **kwargs: object) -> ExecResult:
-        """:meth:`run` without blocking the event loop (runs on the loop's executor)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: self.run(argv, **kwargs))  # type: ignore[arg-type]
 
     def session(self, *args: object, **kwargs: object) -> NoReturn:
         """Not available: the nsjail backend has no work dir kept across runs."""
@@ -1976,12 +1949,6 @@ class NsjailSandbox(Sandbox):
             while self._in_flight:
                 self._idle.wait()
         self._finalizer()
-
-    def __enter__(self) -> NsjailSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

@@ -146,6 +146,23 @@ def _env_pairs(name: str, env: Mapping[str, str] | None) -> list[tuple[str, str]
     return out
 
 
+def _check_common(
+    limits: Limits | None, max_concurrency: int | None, default_concurrency: int
+) -> tuple[Limits, int]:
+    """Validates the arguments every backend takes; returns them with defaults filled in."""
+    if limits is None:
+        limits = Limits()
+    if not isinstance(limits, Limits):
+        raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
+    if max_concurrency is None:
+        max_concurrency = default_concurrency
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+        raise TypeError("max_concurrency must be an int")
+    if not 1 <= max_concurrency <= 4096:
+        raise ValueError(f"max_concurrency must be between 1 and 4096, got {max_concurrency}")
+    return limits, max_concurrency
+
+
 def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     if files is None:
@@ -209,16 +226,9 @@ class Sandbox:
         python: str | None = None,
         backend: str = "native",
     ) -> None:
-        if limits is None:
-            limits = Limits()
-        if not isinstance(limits, Limits):
-            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
-        if max_concurrency is None:
-            max_concurrency = min(4096, max(8, 8 * (os.cpu_count() or 1)))
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-            raise TypeError("max_concurrency must be an int")
-        if not 1 <= max_concurrency <= 4096:
-            raise ValueError(f"max_concurrency must be between 1 and 4096, got {max_concurrency}")
+        limits, max_concurrency = _check_common(
+            limits, max_concurrency, min(4096, max(8, 8 * (os.cpu_count() or 1)))
+        )
         self._limits = limits
         self._network = bool(network)
         host_python = os.path.abspath(python) if python is not None else sys.executable

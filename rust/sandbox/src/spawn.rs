@@ -43,7 +43,6 @@ pub enum Step {
     BindWork,
     BindTmp,
     BindShm,
-    DetachRun,
     MountProc,
     BindProcSys,
     RemountProcSys,
@@ -76,14 +75,13 @@ impl Step {
     /// Decodes a step number.
     pub fn from_u32(v: u32) -> Option<Step> {
         use Step::*;
-        const ALL: [Step; 32] = [
+        const ALL: [Step; 31] = [
             Sync,
             BindRoot,
             MountRun,
             BindWork,
             BindTmp,
             BindShm,
-            DetachRun,
             MountProc,
             BindProcSys,
             RemountProcSys,
@@ -123,7 +121,6 @@ impl Step {
             BindWork => "binding /work",
             BindTmp => "binding /tmp",
             BindShm => "binding /dev/shm",
-            DetachRun => "detaching /.run",
             MountProc => "mounting /proc",
             BindProcSys => "binding /proc/sys",
             RemountProcSys => "making /proc/sys read-only",
