@@ -117,7 +117,7 @@ from agentrl.sandbox import (
     _check_common,
     _env_pairs,
     _interpreter_paths,
-    _to_bytes,
+    _run_args,
 )
 
 __all__ = ["NsjailSandbox", "find_nsjail", "kafel_policy"]
@@ -1383,24 +1383,7 @@ class NsjailSandbox(Sandbox):
     ) -> ExecResult:
         """Runs ``argv`` in a fresh nsjail box and returns its verdict (as
         :meth:`agentrl.Sandbox.run`)."""
-        if isinstance(argv, (str, bytes)):
-            raise TypeError("argv must be a sequence of arguments, not a single string")
-        args = [_to_bytes("argv items", a) for a in argv]
-        if not args:
-            raise ValueError("argv is empty")
-        for a in args:
-            if b"\0" in a:
-                raise ValueError(f"argv item {a!r} contains a NUL byte")
-        if not args[0]:
-            raise ValueError("argv[0] is empty")
-        if stdin is None:
-            data = b""
-        elif isinstance(stdin, str):
-            data = stdin.encode()
-        elif isinstance(stdin, (bytes, bytearray, memoryview)):
-            data = bytes(stdin)
-        else:
-            raise TypeError(f"stdin must be bytes or str, got {type(stdin).__name__}")
+        args, data, names = _run_args(argv, stdin, collect, limits, cwd)
         file_list: list[tuple[list[str], bytes]] = []
         if files is not None:
             if not isinstance(files, Mapping):
@@ -1413,18 +1396,8 @@ class NsjailSandbox(Sandbox):
                 elif not isinstance(content, (bytes, bytearray, memoryview)):
                     raise TypeError(f"contents of {name!r} must be bytes or str")
                 file_list.append((_relative_parts("files", name), bytes(content)))
-        if isinstance(collect, str):
-            raise TypeError("collect must be a sequence of relative paths, not a single string")
-        names = list(collect)
-        for n in names:
-            if not isinstance(n, str):
-                raise TypeError(f"collect entries must be str, got {n!r}")
         collect_list = [(n, _relative_parts("collect", n)) for n in names]
-        if limits is not None and not isinstance(limits, Limits):
-            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
         lim = limits or self._limits
-        if cwd is not None and not isinstance(cwd, str):
-            raise TypeError("cwd must be a str")
         if cwd is None:
             box_cwd = WORK_DIR
         elif cwd.startswith("/"):

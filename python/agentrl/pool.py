@@ -29,7 +29,7 @@ from agentrl.jobs import (
 )
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
-from agentrl.sandbox import Sandbox, _env_pairs, _file_list, _to_bytes
+from agentrl.sandbox import Sandbox, _env_pairs, _file_list, _run_args
 
 __all__ = [
     "JobExpired",
@@ -154,32 +154,9 @@ class SandboxPool(_JobPool):
             files["__main__.py"] = argv
             argv = [self._sandbox.python, "-I", "__main__.py"]
             warm = self._sandbox.warm
-        if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
-            raise TypeError("argv must be a sequence of arguments, not a single string")
-        args = [_to_bytes("argv items", a) for a in argv]
-        if not args or not args[0]:
-            raise ValueError("argv is empty" if not args else "argv[0] is empty")
-        stdin = kw.get("stdin")
-        if stdin is None:
-            data = b""
-        elif isinstance(stdin, str):
-            data = stdin.encode()
-        elif isinstance(stdin, (bytes, bytearray, memoryview)):
-            data = bytes(stdin)
-        else:
-            raise TypeError(f"stdin must be bytes or str, got {type(stdin).__name__}")
-        collect = kw.get("collect", ())
-        if isinstance(collect, str):
-            raise TypeError("collect must be a sequence of relative paths, not a single string")
-        names = list(collect)
-        if not all(isinstance(n, str) for n in names):
-            raise TypeError("collect entries must be str")
         limits = kw.get("limits") or self._limits
-        if limits is not None and not isinstance(limits, Limits):
-            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
         cwd = kw.get("cwd")
-        if cwd is not None and not isinstance(cwd, str):
-            raise TypeError("cwd must be a str")
+        args, data, names = _run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
         sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
         lt = None if limits is None else limits._as_tuple()
         env = _env_pairs("env", kw.get("env"))

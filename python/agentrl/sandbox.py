@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agentrl import _core
 from agentrl._warm import bootstrap_argv
@@ -163,6 +164,42 @@ def _check_common(
     return limits, max_concurrency
 
 
+def _run_args(
+    argv: Any, stdin: Any, collect: Any, limits: Any, cwd: Any
+) -> tuple[list[bytes], bytes, list[str]]:
+    """Validates the per-run arguments every entry point takes (``Sandbox.run``, the nsjail
+    backend, ``SandboxPool`` jobs); returns argv and stdin as bytes and the collect names."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
+        raise TypeError("argv must be a sequence of arguments, not a single string")
+    args = [_to_bytes("argv items", a) for a in argv]
+    if not args:
+        raise ValueError("argv is empty")
+    for a in args:
+        if b"\0" in a:
+            raise ValueError(f"argv item {a!r} contains a NUL byte")
+    if not args[0]:
+        raise ValueError("argv[0] is empty")
+    if stdin is None:
+        data = b""
+    elif isinstance(stdin, str):
+        data = stdin.encode()
+    elif isinstance(stdin, (bytes, bytearray, memoryview)):
+        data = bytes(stdin)
+    else:
+        raise TypeError(f"stdin must be bytes or str, got {type(stdin).__name__}")
+    if isinstance(collect, str):
+        raise TypeError("collect must be a sequence of relative paths, not a single string")
+    names = list(collect)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"collect entries must be str, got {n!r}")
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
+    if cwd is not None and not isinstance(cwd, str):
+        raise TypeError("cwd must be a str")
+    return args, data, names
+
+
 def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     if files is None:
@@ -310,35 +347,8 @@ class Sandbox:
         files to hand back afterwards (never following a symlink out of the box). ``limits``
         replaces the sandbox's limits for this run; ``env`` adds to its environment.
         """
-        if isinstance(argv, (str, bytes)):
-            raise TypeError("argv must be a sequence of arguments, not a single string")
-        args = [_to_bytes("argv items", a) for a in argv]
-        if not args:
-            raise ValueError("argv is empty")
-        for a in args:
-            if b"\0" in a:
-                raise ValueError(f"argv item {a!r} contains a NUL byte")
-        if not args[0]:
-            raise ValueError("argv[0] is empty")
-        if stdin is None:
-            data = b""
-        elif isinstance(stdin, str):
-            data = stdin.encode()
-        elif isinstance(stdin, (bytes, bytearray, memoryview)):
-            data = bytes(stdin)
-        else:
-            raise TypeError(f"stdin must be bytes or str, got {type(stdin).__name__}")
+        args, data, names = _run_args(argv, stdin, collect, limits, cwd)
         file_list = _file_list(files)
-        if isinstance(collect, str):
-            raise TypeError("collect must be a sequence of relative paths, not a single string")
-        names = list(collect)
-        for n in names:
-            if not isinstance(n, str):
-                raise TypeError(f"collect entries must be str, got {n!r}")
-        if limits is not None and not isinstance(limits, Limits):
-            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
-        if cwd is not None and not isinstance(cwd, str):
-            raise TypeError("cwd must be a str")
         raw = self._inner.run(
             args,
             data,
