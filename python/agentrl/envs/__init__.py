@@ -18,9 +18,15 @@ from agentrl.envs.base import (
     action_text,
     trim_middle,
 )
+from agentrl.envs.code import CodeEnv, CodeEnvConfig, CodeRepairConfig, CodeRepairEnv
 from agentrl.envs.shell import ShellEnv, ShellEnvConfig, ShellTask
+from agentrl.envs.tasks import coerce_task, task_from_fields
 
 __all__ = [
+    "CodeEnv",
+    "CodeEnvConfig",
+    "CodeRepairConfig",
+    "CodeRepairEnv",
     "RewardMasked",
     "SchedulerEnv",
     "ShellEnv",
@@ -29,5 +35,7 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "action_text",
+    "coerce_task",
+    "task_from_fields",
     "trim_middle",
 ]
