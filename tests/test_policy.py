@@ -254,3 +254,141 @@ def test_stop_matcher_finds_earliest_new_match() -> None:
     assert m.find("xxEN", 0) is None
     assert m.find("xxEND", 4) == (2, "END")  # a match straddling the checked boundary
     assert StopMatcher([]).find("anything", 0) is None
+
+
+# ---------------------------------------------------------------- weights, save, load
+
+
+def test_builtin_save_load_round_trip(tmp_path, policy: Policy) -> None:
+    pol = policy.copy()
+    pol.version = 7
+    pol.save(tmp_path / "ckpt")
+    loaded = Policy.load(tmp_path / "ckpt", device="cpu")
+    assert loaded.version == 7 and isinstance(loaded.model, TinyGPT)
+    assert loaded.model.config == SMALL
+    a = pol.generate(PROMPTS, greedy(12))
+    b = loaded.generate(PROMPTS, greedy(12))
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    assert all(g.version == 7 for g in b)
+    with pytest.raises(ValueError, match="not a directory"):
+        Policy.load(tmp_path / "missing")
+
+
+def test_set_weights_changes_outputs_and_version(policy: Policy) -> None:
+    other = Policy.builtin(SMALL, device="cpu", seed=5)
+    target = policy.copy()
+    before = target.generate(PROMPTS, greedy(12))
+    target.set_weights(other.state_dict(), version=3)
+    after = target.generate(PROMPTS, greedy(12))
+    expect = other.generate(PROMPTS, greedy(12))
+    assert [g.token_ids for g in after] == [g.token_ids for g in expect]
+    assert [g.token_ids for g in after] != [g.token_ids for g in before]
+    assert {g.version for g in after} == {3} and {g.version for g in before} == {0}
+    with pytest.raises(TypeError, match="version"):
+        target.set_weights(other.state_dict(), version="4")  # type: ignore[arg-type]
+
+
+def test_generate_input_validation(policy: Policy) -> None:
+    with pytest.raises(TypeError, match="one str"):
+        policy.generate("abc", greedy())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="str"):
+        policy.generate([b"abc"], greedy())  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="2 prompts but 1"):
+        policy.generate(["a", "b"], [greedy()])
+    assert policy.generate([], greedy()) == []
+
+
+def test_per_row_params_and_compaction_match_single_runs(policy: Policy) -> None:
+    # rows of different lengths finish at different steps: the running batch is compacted
+    prompts = [f"{i}: " + PROMPTS[i % 4] for i in range(12)]
+    rows = [greedy(2 + 3 * i) for i in range(12)]
+    batched = policy.generate(prompts, rows)
+    assert [len(g.token_ids) for g in batched] == [2 + 3 * i for i in range(12)]
+    for p, r, b in zip(prompts, rows, batched, strict=True):
+        (alone,) = policy.generate([p], r)
+        assert alone.token_ids == b.token_ids
+        assert alone.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+# ---------------------------------------------------------------- Hugging Face models
+
+
+def _char_tokenizer_fast():  # type: ignore[no-untyped-def]
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
+    for c in range(32, 127):
+        vocab[chr(c)] = len(vocab)
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Split("", behavior="isolated")
+    tk.decoder = tokenizers.decoders.Fuse()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def hf_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A tiny randomly initialised Hugging Face model with its tokenizer, saved to disk."""
+    transformers = pytest.importorskip("transformers")
+    tok = _char_tokenizer_fast()
+    common = {"vocab_size": len(tok), "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+    torch.manual_seed(0)
+    if request.param == "gpt2":
+        cfg = transformers.GPT2Config(n_positions=128, n_embd=32, n_layer=2, n_head=2, **common)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            **common,
+        )
+        model = transformers.LlamaForCausalLM(cfg)
+    path = tmp_path_factory.mktemp(request.param)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_hf_generation_cache_padding_and_scoring(hf_dir) -> None:  # type: ignore[no-untyped-def]
+    pol = Policy.from_pretrained(hf_dir, device="cpu")
+    assert pol.dtype == torch.float32 and pol.eos_ids == frozenset({2})
+    prompts = ["def f(x):", "a", "The quick brown fox"]
+    cached = pol.generate(prompts, greedy(16))
+    plain = pol.generate(prompts, greedy(16), use_cache=False)
+    scored = pol.token_logprobs([g.prompt_ids for g in cached], [g.token_ids for g in cached])
+    for p, a, b, lp in zip(prompts, cached, plain, scored, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert lp.tolist() == pytest.approx(a.logprobs, abs=1e-4)
+        assert a.prompt_ids == pol.tokenizer.encode(p)
+        assert a.text == pol.tokenizer.decode(a.token_ids)
+        (alone,) = pol.generate([p], greedy(16))
+        assert alone.token_ids == a.token_ids
+    rows = [greedy(2 + i) for i in range(9)]  # compaction of a Hugging Face cache
+    batched = pol.generate(prompts * 3, rows)
+    for p, r, b in zip(prompts * 3, rows, batched, strict=True):
+        assert pol.generate([p], r)[0].token_ids == b.token_ids
+
+
+def test_hf_save_load_and_sampling(hf_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pol = Policy.from_pretrained(hf_dir, device="cpu")
+    params = SamplingParams(max_new_tokens=12, temperature=0.8, top_p=0.9, seed=4)
+    a = pol.generate(["hello", "x"], params)
+    pol.version = 2
+    pol.save(tmp_path / "saved")
+    back = Policy.load(tmp_path / "saved", device="cpu")
+    assert back.version == 2 and type(back.model) is type(pol.model)
+    b = back.generate(["hello", "x"], params)
+    assert [g.token_ids for g in a] == [g.token_ids for g in b]
+    scored = back.token_logprobs(
+        [g.prompt_ids for g in b], [g.token_ids for g in b], temperature=0.8
+    )
+    for g, lp in zip(b, scored, strict=True):
+        assert lp.tolist() == pytest.approx(g.logprobs, abs=1e-4)
+    with pytest.raises(ValueError, match="no config"):
+        Policy.from_pretrained(tmp_path)

@@ -8,6 +8,8 @@ a preallocated :class:`~agentrl.policy.gpt.KVCache`, a Hugging Face model in its
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
@@ -41,11 +43,14 @@ def forward(
     cache: Any = None,
     *,
     use_cache: bool = False,
+    last_only: bool = False,
 ) -> tuple[Tensor, Any]:
     """Logits ``(B, T, V)`` and the updated cache.
 
     ``attention_mask`` ``(B, S)`` covers the cached positions and the new ones. With
     ``use_cache`` False no cache is made or returned (a plain forward, as in training).
+    ``last_only`` lets a model that can compute the logits of the last position only
+    (``(B, 1, V)``) do so.
     """
     if isinstance(model, TinyGPT):
         if use_cache and cache is None:
@@ -57,14 +62,29 @@ def forward(
             position_ids=position_ids,
         )
         return logits, cache if use_cache else None
+    cache_arg, keep_arg = _hf_arguments(type(model))
+    kwargs: dict[str, Any] = {cache_arg: cache if use_cache else None}
+    if last_only and keep_arg:
+        kwargs["logits_to_keep"] = 1
     out = model(
         input_ids=ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
-        past_key_values=cache if use_cache else None,
         use_cache=use_cache,
+        **kwargs,
     )
-    return out.logits, (out.past_key_values if use_cache else None)
+    if not use_cache:
+        return out.logits, None
+    new = getattr(out, "cache", None)
+    return out.logits, new if new is not None else out.past_key_values
+
+
+@functools.cache
+def _hf_arguments(cls: type) -> tuple[str, bool]:
+    """Name of the cache argument of a Hugging Face model class (``cache`` in recent
+    transformers, ``past_key_values`` before) and whether it takes ``logits_to_keep``."""
+    params = inspect.signature(cls.forward).parameters
+    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
 
 
 def select_rows(cache: Any, rows: Tensor) -> Any:

@@ -260,7 +260,15 @@ class Policy:
         for i, s in enumerate(seqs):
             ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         ids = ids.to(self.device)
-        logits, _ = lm.forward(self.model, ids, None, None)  # right padding: causal suffices
+        # right padding: causal attention alone keeps real tokens off the padding; the
+        # built-in model then takes its fast path, a Hugging Face model gets the explicit mask
+        mask = None
+        if not isinstance(self.model, TinyGPT):
+            mask = torch.zeros((len(seqs), longest), dtype=torch.long)
+            for i, s in enumerate(seqs):
+                mask[i, : len(s)] = 1
+            mask = mask.to(self.device)
+        logits, _ = lm.forward(self.model, ids, mask, None)
         rows, cols, targets, counts = [], [], [], []
         for i, (p, c) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
             n = len(c)
@@ -375,7 +383,9 @@ class Policy:
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(1) - 1).clamp(min=0)
         cache = lm.new_cache(self.model, n, width + max(limits)) if use_cache else None
-        logits, cache = lm.forward(self.model, ids, mask, pos, cache, use_cache=use_cache)
+        logits, cache = lm.forward(
+            self.model, ids, mask, pos, cache, use_cache=use_cache, last_only=True
+        )
         logits = logits[:, -1]
         next_pos = pos[:, -1] + 1
 
