@@ -9,8 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agentrl import EpisodeStatus, Limits, RolloutScheduler, Sandbox, SchedulerConfig
+from agentrl import EpisodeStatus, JobFailed, Limits, RolloutScheduler, Sandbox, SchedulerConfig
 from agentrl.envs import (
+    CodeEnv,
+    CodeEnvConfig,
+    CodeRepairConfig,
+    CodeRepairEnv,
     RewardMasked,
     ShellEnv,
     ShellEnvConfig,
@@ -19,6 +23,8 @@ from agentrl.envs import (
     action_text,
     trim_middle,
 )
+from agentrl.evaluation import Evaluator, FunctionTask, IOCase, IOTask
+from agentrl.rewards import RewardConfig
 
 # ---------------------------------------------------------------- protocol helpers
 
@@ -201,3 +207,180 @@ def test_scheduler_view_raises_masked(shell_sb: Sandbox) -> None:
         await view.close()
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- code envs
+
+ADD = FunctionTask(
+    task_id="add",
+    prompt='def add(a, b):\n    """The sum of a and b."""\n',
+    test=(
+        "def check(candidate):\n"
+        "    assert candidate(1, 2) == 3\n"
+        "    assert candidate(0, 0) == 0\n"
+        "    assert candidate(-1, 1) == 0\n"
+    ),
+    entry_point="add",
+)
+ECHO = IOTask("echo-sum", "Print the sum of two integers.", (IOCase("1 2\n", "3\n"),))
+GOOD = "    return a + b\n"
+HALF = "    return a * b\n"  # passes only the 0 + 0 case: 1 of 3
+CRASH = "    return a / 0\n"
+
+
+class FlakyEvaluator(Evaluator):
+    """Fault injection: the sandbox jobs of tasks whose id starts with "flaky" end as if the
+    pool had given up on them (JobFailed), through the evaluator's own masking path."""
+
+    def _finish(self, task: Any, outcomes: list[Any], nonce: str) -> Any:
+        if task.task_id.startswith("flaky"):
+            outcomes = [JobFailed("injected: the sandbox kept failing") for _ in outcomes]
+        return super()._finish(task, outcomes, nonce)
+
+
+@pytest.fixture(scope="module")
+def evaluator() -> Iterator[Evaluator]:
+    with FlakyEvaluator(workers=4, timeout=3.0) as ev:
+        yield ev
+
+
+def test_code_env_single_turn(evaluator: Evaluator) -> None:
+    env = CodeEnv(evaluator, CodeEnvConfig(prompt_template="[{task_id}]\n{prompt}"))
+    assert env.reset(ADD) == "[add]\n" + ADD.prompt
+    r = env.step(GOOD)
+    assert r.done and r.reward == pytest.approx(1.0) and r.observation == ""
+    assert r.info["judgement"].passed and r.info["masked"] is None
+    with pytest.raises(RuntimeError):
+        env.step(GOOD)
+    env.reset(ADD)
+    r = env.step(HALF)
+    j = r.info["judgement"]
+    assert r.done and not j.passed and (j.n_passed, j.n_cases) == (1, 3)
+    assert r.reward == pytest.approx(1 / 3) and "returned 2" in r.observation
+    # A chat message holding a fenced full definition: the code is extracted.
+    env.reset(ADD)
+    msg = {
+        "role": "assistant",
+        "content": "Here:\n```python\ndef add(a, b):\n    return b + a\n```",
+    }
+    assert env.step(msg).info["judgement"].passed
+    # A stdin/stdout task, from its record.
+    env.reset({"task_id": "io", "prompt": "sum", "cases": [{"input": "2 5\n", "output": "7\n"}]})
+    assert env.step("print(sum(map(int, input().split())))").reward == pytest.approx(1.0)
+
+
+def test_code_env_reward_config_applies(evaluator: Evaluator) -> None:
+    cfg = CodeEnvConfig(reward=RewardConfig(partial_credit=False, format_weight=0.25))
+    env = CodeEnv(evaluator, cfg)
+    env.reset(ADD)
+    r = env.step(HALF)
+    assert r.reward == pytest.approx(0.0)  # all or nothing, no fence
+    env.reset(ADD)
+    r = env.step("```python\n" + GOOD + "```")
+    assert r.reward == pytest.approx(1.25) and r.info["reward"].components["format"] == 0.25
+
+
+def test_code_repair_succeeds_on_turn_two(evaluator: Evaluator) -> None:
+    cfg = CodeRepairConfig(max_turns=3, turn_discount=0.8, turn_penalty=0.05)
+    env = CodeRepairEnv(evaluator, cfg)
+    env.reset(ADD)
+    r = env.step(CRASH)
+    assert not r.done and r.reward == 0.0 and r.info["turn"] == 1
+    obs = r.observation
+    assert "runtime_error" in obs and "ZeroDivisionError" in obs and "Traceback" in obs
+    assert "candidate(1, 2)" in obs and "2 attempt(s) left" in obs
+    r = env.step(GOOD)
+    assert r.done and r.info["turns"] == 2 and r.info["judgement"].passed
+    assert r.reward == pytest.approx(1.0 * 0.8 - 0.05) == r.info["final_reward"]
+
+
+def test_code_repair_budget_exhaustion_uses_final_fraction(evaluator: Evaluator) -> None:
+    env = CodeRepairEnv(evaluator, CodeRepairConfig(max_turns=2, turn_discount=0.5))
+    env.reset(ADD)
+    r = env.step(CRASH)
+    assert not r.done
+    r = env.step(HALF)  # the last attempt: 1 of 3 passed
+    assert r.done and r.info["turns"] == 2 and not r.info["judgement"].passed
+    assert r.reward == pytest.approx((1 / 3) * 0.5)
+    assert "1 of 3 tests passed" in r.observation and "0 attempt(s) left" in r.observation
+    with pytest.raises(RuntimeError):
+        env.step(GOOD)
+    with pytest.raises(ValueError):
+        CodeRepairConfig(max_turns=0)
+    with pytest.raises(ValueError):
+        CodeRepairConfig(turn_discount=1.5)
+
+
+def test_code_envs_mask_infrastructure_failures(evaluator: Evaluator) -> None:
+    flaky = FunctionTask("flaky-add", ADD.prompt, ADD.test, "add")
+    env = CodeEnv(evaluator)
+    env.reset(flaky)
+    r = env.step(GOOD)
+    assert r.reward is None and r.done and "sandbox" in r.info["masked"]
+    rep = CodeRepairEnv(evaluator)
+    rep.reset(flaky)
+    r = rep.step(CRASH)
+    assert r.reward is None and r.done and r.info["masked"]
+    assert asyncio.run(_astep(CodeEnv(evaluator), flaky, GOOD)).reward is None
+
+
+async def _astep(env: CodeEnv, task: Any, action: str) -> StepResult:
+    await env.areset(task)
+    return await env.astep(action)
+
+
+def test_code_env_async_matches_sync(evaluator: Evaluator) -> None:
+    for action, want in ((GOOD, 1.0), (HALF, 1 / 3)):
+        r = asyncio.run(_astep(CodeEnv(evaluator), ADD, action))
+        assert r.reward == pytest.approx(want)
+    r = asyncio.run(
+        _astep(CodeEnv(evaluator), ECHO, "a, b = map(int, input().split())\nprint(a+b)")
+    )
+    assert r.reward == pytest.approx(1.0)
+
+
+def test_scheduler_drives_code_envs(evaluator: Evaluator) -> None:
+    """Groups of single-turn and repair episodes through the RolloutScheduler, judged on
+    the evaluator's pool from the scheduler's loop; a masked episode fails with the reason."""
+    answers = {0: GOOD, 1: HALF, 2: CRASH, 3: GOOD}
+    repair_task = FunctionTask("add-repair", ADD.prompt, ADD.test, "add")
+    flaky_task = FunctionTask("flaky-add", ADD.prompt, ADD.test, "add")
+
+    async def generate(episodes: list[Any]) -> list[str]:
+        out = []
+        for ep in episodes:
+            if ep.task is repair_task:  # crash first, then fix
+                out.append(GOOD if ep.turns else CRASH)
+            else:
+                out.append(answers[ep.index])
+        return out
+
+    def make_env(task: Any) -> Any:
+        if task is repair_task:
+            return CodeRepairEnv(evaluator, CodeRepairConfig(max_turns=3)).for_scheduler()
+        return CodeEnv(evaluator).for_scheduler()
+
+    async def main() -> dict[str, Any]:
+        groups = {}
+        async with RolloutScheduler(
+            generate, make_env, pool=evaluator.pool, config=SchedulerConfig(batch_size=8)
+        ) as sched:
+            sched.feed([ADD, repair_task, flaky_task], group_size=1)
+            sched.submit_group(ADD, 4)
+            async for g in sched.groups():
+                groups.setdefault(g.task.task_id, []).append(g)
+        return groups
+
+    groups = asyncio.run(main())
+    single = next(g for g in groups["add"] if len(g.episodes) == 4)
+    rewards = [ep.total_reward for ep in sorted(single.episodes, key=lambda e: e.index)]
+    assert rewards == pytest.approx([1.0, 1 / 3, 0.0, 1.0])
+    assert all(ep.status is EpisodeStatus.DONE for ep in single.episodes)
+    assert single.episodes[1].turns[0].info["judgement"].n_passed == 1
+    (repair,) = groups["add-repair"][0].episodes
+    assert repair.status is EpisodeStatus.DONE and len(repair.turns) == 2
+    assert [t.reward for t in repair.turns] == [0.0, 1.0]
+    assert "ZeroDivisionError" in repair.turns[1].observation  # the feedback it answered
+    (masked,) = groups["flaky-add"][0].episodes
+    assert masked.status is EpisodeStatus.FAILED and isinstance(masked.error, RewardMasked)
+    assert "sandbox" in masked.error.reason

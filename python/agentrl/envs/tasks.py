@@ -3,10 +3,8 @@ JSON strings, verl ground truths) turned into :mod:`agentrl.evaluation` tasks.""
 
 from __future__ import annotations
 
-import ast
 import json
-import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,100 +36,34 @@ def coerce_task(obj: Any, *, prompt: str | None = None) -> Task:
 
 
 def task_from_fields(d: Mapping[str, Any], *, prompt: str | None = None) -> Task:
-    """A task from a record's fields, in the common data set layouts:
-
-    * HumanEval: ``test`` and ``entry_point`` (``prompt``, ``task_id``,
-      ``canonical_solution`` optional);
-    * MBPP: ``test_list`` (asserts calling the function by name; ``test_setup_code``
-      optional; the entry point is ``entry_point`` or the name the first assert calls);
-    * stdin/stdout: ``cases`` (a list of ``{"input", "output"}`` or pairs), ``inputs`` and
-      ``outputs``, or APPS' ``input_output`` (JSON text or a mapping of both lists);
-      ``compare`` and ``float_tol`` optional.
-    """
-    from agentrl.evaluation import FunctionTask, IOCase, IOTask
+    """A task from a record's fields (:func:`agentrl.evaluation.task_from_dict`'s layouts:
+    HumanEval ``test`` + ``entry_point``, MBPP ``test_list``, stdin/stdout ``cases`` or
+    ``inputs`` + ``outputs``), also accepting what data set rows and trainer columns carry:
+    no ``prompt`` or a chat prompt (the completion then holds all the code), ``test_list``
+    as JSON text, and APPS' ``input_output`` (JSON text or a mapping of ``inputs`` and
+    ``outputs``, lists of lines allowed). ``prompt`` replaces the record's prompt."""
+    from agentrl.evaluation import task_from_dict
 
     if not isinstance(d, Mapping):
         raise TypeError(f"task fields must be a mapping, got {type(d).__name__}")
-    task_id = str(d.get("task_id", d.get("id", "")))
-    text = prompt if prompt is not None else d.get("prompt", d.get("text", ""))
-    if not isinstance(text, str):
-        text = ""  # a chat prompt: the completion carries all the code
-    if "test" in d and "entry_point" in d:
-        return FunctionTask(
-            task_id=task_id,
-            prompt=text,
-            test=_str(d, "test"),
-            entry_point=_str(d, "entry_point"),
-            canonical_solution=d.get("canonical_solution"),
-        )
-    if "test_list" in d:
-        asserts = d["test_list"]
-        if isinstance(asserts, str):
-            asserts = json.loads(asserts)
-        if not isinstance(asserts, Sequence) or not asserts:
-            raise ValueError("test_list must be a non-empty list of assert statements")
-        entry = d.get("entry_point") or _called_name(str(asserts[0]))
-        setup = str(d.get("test_setup_code") or "")
-        body = textwrap.indent("\n".join(str(a) for a in asserts), "    ")
-        test = f"{setup}\n\ndef check(candidate):\n{body}\n"
-        return FunctionTask(task_id=task_id, prompt=text, test=test, entry_point=entry)
-    cases = _io_cases(d)
-    if cases is not None:
-        kw: dict[str, Any] = {}
-        if "compare" in d:
-            kw["compare"] = d["compare"]
-        if "float_tol" in d:
-            kw["float_tol"] = float(d["float_tol"])
-        io = tuple(IOCase(str(i), str(o)) for i, o in cases)
-        return IOTask(task_id=task_id, prompt=text, cases=io, **kw)
-    raise ValueError(
-        "no task in the record: give test+entry_point, test_list, cases, inputs+outputs or "
-        f"input_output (got fields {sorted(d)})"
-    )
-
-
-def _str(d: Mapping[str, Any], key: str) -> str:
-    v = d[key]
-    if not isinstance(v, str):
-        raise TypeError(f"{key} must be a str, got {type(v).__name__}")
-    return v
-
-
-def _called_name(assertion: str) -> str:
-    """The name of the first function an assert statement calls."""
-    try:
-        tree = ast.parse(assertion.strip())
-    except SyntaxError as e:
-        raise ValueError(f"test_list entry is not Python: {assertion!r}") from e
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            return node.func.id
-    raise ValueError(f"cannot find the function that {assertion!r} calls: give entry_point")
-
-
-def _io_cases(d: Mapping[str, Any]) -> list[tuple[Any, Any]] | None:
-    if "cases" in d:
-        out = []
-        for c in d["cases"]:
-            if isinstance(c, Mapping):
-                out.append((c["input"], c["output"]))
-            else:
-                i, o = c
-                out.append((i, o))
-        return out
-    src: Any = None
-    if "inputs" in d and "outputs" in d:
-        src = d
-    elif "input_output" in d:
-        src = d["input_output"]
-        if isinstance(src, str):
-            src = json.loads(src)
-    if src is None:
-        return None
-    ins, outs = src["inputs"], src["outputs"]
-    if len(ins) != len(outs):
-        raise ValueError(f"{len(ins)} inputs but {len(outs)} outputs")
-    return [(_joined(i), _joined(o)) for i, o in zip(ins, outs, strict=True)]
+    record = dict(d)
+    if prompt is not None:
+        record["prompt"] = prompt
+    elif not isinstance(record.get("prompt", ""), str):
+        record["prompt"] = ""
+    if "test" in record and "entry_point" in record:
+        record.setdefault("prompt", "")
+    if isinstance(record.get("test_list"), str):
+        record["test_list"] = json.loads(record["test_list"])
+    if "input_output" in record and "cases" not in record and "inputs" not in record:
+        io = record.pop("input_output")
+        if isinstance(io, str):
+            io = json.loads(io)
+        if not isinstance(io, Mapping) or "inputs" not in io or "outputs" not in io:
+            raise ValueError("input_output must hold 'inputs' and 'outputs'")
+        record["inputs"] = [_joined(x) for x in io["inputs"]]
+        record["outputs"] = [_joined(x) for x in io["outputs"]]
+    return task_from_dict(record, where=str(record.get("task_id", "task")))
 
 
 def _joined(v: Any) -> str:
