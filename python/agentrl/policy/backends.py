@@ -1,0 +1,207 @@
+"""Generation backends: one async protocol over a local policy or an HTTP server.
+
+:class:`LocalBackend` runs a :class:`~agentrl.policy.Policy` in a worker thread, so the
+event loop (sandbox jobs, the scheduler) stays free while it generates.
+:class:`OpenAIBackend` calls an OpenAI-compatible ``/v1/completions`` endpoint (``agentrl
+serve``, vLLM, SGLang) through an asyncio HTTP client on the running loop (uvloop works);
+token ids come from the ``agentrl`` extension fields of ``agentrl serve`` or from vLLM's
+``return_token_ids``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from agentrl.policy.httpio import HTTPClient, HTTPError
+from agentrl.policy.policy import Policy
+from agentrl.policy.sampling import Generation, SamplingParams
+
+__all__ = ["BackendError", "GenerationBackend", "LocalBackend", "OpenAIBackend"]
+
+
+class BackendError(RuntimeError):
+    """The backend could not generate (an HTTP error status, a malformed response)."""
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """Anything that completes prompts for the scheduler and the trainer."""
+
+    async def generate(
+        self, prompts: Sequence[str], params: SamplingParams
+    ) -> list[Generation]: ...
+
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None: ...
+
+
+class LocalBackend:
+    """A local :class:`Policy`; generation runs in one worker thread (calls queue up)."""
+
+    supports_weight_updates = True
+
+    def __init__(self, policy: Policy) -> None:
+        if not isinstance(policy, Policy):
+            raise TypeError(f"LocalBackend: policy must be a Policy, got {type(policy).__name__}")
+        self.policy = policy
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "agentrl-generate")
+
+    @property
+    def version(self) -> int:
+        """The policy version generations now start from."""
+        return self.policy.version
+
+    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
+        """Completes ``prompts`` (see :meth:`Policy.generate`) without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self.policy.generate, list(prompts), params
+        )
+
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        """Loads new weights; waits for a generation in progress to finish first."""
+        self.policy.set_weights(state_dict, version)
+
+    def close(self) -> None:
+        """Stops the worker thread (after the queued generations)."""
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible completion server.
+
+    ``base_url`` is the server root or its ``/v1`` (``http://127.0.0.1:8000`` or
+    ``http://127.0.0.1:8000/v1``). Each :meth:`generate` sends one request with all prompts;
+    the log-probs requested are those of the sampled tokens. ``extra_body`` is merged into
+    every request (server-specific options); by default it asks vLLM for token ids.
+    """
+
+    supports_weight_updates = False
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 600.0,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"OpenAIBackend: base_url must be an http(s) URL, got {base_url!r}")
+        root = base_url.rstrip("/")
+        self.base_url = root if root.endswith("/v1") else root + "/v1"
+        self.model = model
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.extra_body = {"return_token_ids": True} if extra_body is None else dict(extra_body)
+        self._client: HTTPClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _http(self) -> HTTPClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:  # connections belong to one loop
+            self._client, self._loop = HTTPClient(timeout_s=self.timeout_s), loop
+        return self._client
+
+    async def _call(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+        try:
+            resp = await self._http().request(
+                method, self.base_url + path, json_body=body, headers=headers
+            )
+        except HTTPError as e:
+            raise BackendError(str(e)) from e
+        try:
+            data = resp.json()
+        except ValueError as e:
+            raise BackendError(f"{path}: HTTP {resp.status}, body is not JSON") from e
+        if resp.status != 200:
+            msg = data.get("error", {}).get("message") if isinstance(data, dict) else None
+            raise BackendError(f"{path}: HTTP {resp.status}: {msg or data}")
+        return data
+
+    async def models(self) -> list[str]:
+        """Ids of the models the server offers."""
+        data = await self._call("GET", "/models")
+        return [m["id"] for m in data.get("data", [])]
+
+    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
+        """Completes ``prompts`` on the server (one request)."""
+        if isinstance(prompts, str):
+            raise TypeError("generate: prompts must be a sequence of str, not one str")
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        body: dict[str, Any] = {
+            **self.extra_body,
+            "model": self.model,
+            "prompt": prompts,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "n": 1,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        data = await self._call("POST", "/completions", body)
+        choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
+        if len(choices) != len(prompts):
+            raise BackendError(f"/completions: {len(choices)} choices for {len(prompts)} prompts")
+        version = int((data.get("agentrl") or {}).get("policy_version", 0))
+        return [self._generation(p, c, version) for p, c in zip(prompts, choices, strict=True)]
+
+    @staticmethod
+    def _generation(prompt: str, choice: dict[str, Any], version: int) -> Generation:
+        ext = choice.get("agentrl") or {}
+        lp = choice.get("logprobs") or {}
+        token_ids = ext.get("token_ids", choice.get("token_ids"))
+        prompt_ids = ext.get("prompt_token_ids", choice.get("prompt_token_ids"))
+        logprobs = ext.get("logprobs", lp.get("token_logprobs"))
+        if token_ids is None:
+            raise BackendError(
+                "/completions: the server returned no token ids (agentrl extension or vLLM "
+                "return_token_ids)"
+            )
+        if logprobs is None or len(logprobs) != len(token_ids):
+            raise BackendError("/completions: log-probs missing or not one per token")
+        stop = ext.get("stop")
+        if stop is None and isinstance(choice.get("stop_reason"), str):
+            stop = choice["stop_reason"]  # vLLM: the matched stop string
+        reason = ext.get("finish_reason") or choice.get("finish_reason") or "length"
+        if reason == "stop" and stop is None:
+            reason = "eos"  # OpenAI's "stop" covers the end token too
+        return Generation(
+            prompt=prompt,
+            text=choice.get("text", ""),
+            prompt_ids=list(prompt_ids or []),
+            token_ids=[int(t) for t in token_ids],
+            logprobs=[float(x) for x in logprobs],
+            finish_reason=reason,
+            version=int(ext.get("policy_version", version)),
+            stop=stop,
+        )
+
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        """Not possible over this API: the server's weights are its own."""
+        raise NotImplementedError(
+            "OpenAIBackend cannot push weights to the server; reload the server's policy "
+            "(or use LocalBackend) to change them"
+        )
+
+    async def aclose(self) -> None:
+        """Closes the pooled connections."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
