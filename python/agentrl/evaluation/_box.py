@@ -20,10 +20,12 @@ with the standard library only (no agentrl import). In order:
 from __future__ import annotations
 
 import ast
+import binascii
 import builtins
 import contextlib
 import ctypes
 import json
+import marshal
 import os
 import select
 import signal
@@ -202,6 +204,7 @@ def _safe_str(exc):
 def _child(source, entry, req_r, rep_w, out_w):
     write = os.write
     read = os.read
+    loads = marshal.loads  # requests come from the trusted parent
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_w, 1)
@@ -252,8 +255,7 @@ def _child(source, entry, req_r, rep_w, out_w):
             if not chunk:
                 return
             buf += chunk
-        msg, buf = json.loads(buf[8 : 8 + size]), buf[8 + size :]
-        seq, args, kwargs = msg[0], _decode(msg[1]), _decode(msg[2])
+        (seq, args, kwargs), buf = loads(buf[8 : 8 + size]), buf[8 + size :]
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:
@@ -314,6 +316,13 @@ class _Child:
         self.out_open = True
 
     # child management
+    def stop(self):
+        """Kills the child without waiting (the box reaps it): the run is over."""
+        if not self.exited:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            self.exited = True
+
     def kill(self):
         if not self.exited:
             with contextlib.suppress(OSError):
@@ -420,8 +429,7 @@ class _Child:
                     continue
             self.wait()
 
-    def send(self, obj):
-        data = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    def send(self, data):
         view = memoryview(len(data).to_bytes(8, "big") + data)
         while view:
             try:
@@ -452,11 +460,11 @@ class _Child:
             raise self.fatal
         self.calls += 1
         try:
-            payload = [_encode(list(args)), _encode(kwargs)]
-        except _Unencodable as e:
+            data = marshal.dumps((self.seq + 1, args, kwargs))
+        except ValueError as e:
             raise TypeError(f"agentrl cannot send this argument to the candidate: {e}") from None
         self.seq += 1
-        self.send([self.seq, *payload])
+        self.send(data)
         msg = self.recv()
         shown = _call_text(args, kwargs)
         kind = msg[1]
@@ -569,7 +577,7 @@ class _Rewriter(ast.NodeTransformer):
     """Turns each non-constant ``assert`` into a separately judged case."""
 
     def __init__(self, source):
-        self.source = source
+        self.lines = source.splitlines(keepends=True)
         self.texts = []
         self.in_loop = []
         self.loops = 0
@@ -591,11 +599,23 @@ class _Rewriter(ast.NodeTransformer):
 
     visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
 
+    def _segment(self, node):
+        try:
+            first, last = node.lineno - 1, node.end_lineno - 1
+            if first == last:
+                return self.lines[first].encode()[node.col_offset : node.end_col_offset].decode()
+            parts = [self.lines[first].encode()[node.col_offset :].decode()]
+            parts += self.lines[first + 1 : last]
+            parts.append(self.lines[last].encode()[: node.end_col_offset].decode())
+            return "".join(parts)
+        except (IndexError, TypeError, UnicodeDecodeError):
+            return None
+
     def visit_Assert(self, node):
         if isinstance(node.test, ast.Constant):
             return node
         i = len(self.texts)
-        text = ast.get_source_segment(self.source, node) or ast.unparse(node)
+        text = self._segment(node) or ast.unparse(node)
         self.texts.append(_short(" ".join(text.split()), 500))
         self.in_loop.append(self.loops > 0 or self.funcs > 1)
         name = ast.Name(id="_agentrl_e", ctx=ast.Load())
@@ -626,24 +646,34 @@ class _Rewriter(ast.NodeTransformer):
         return ast.copy_location(new, node)
 
 
-def _exec_prompt(prompt, scope):
-    """Executes the prompt's helper definitions (the parts that run on their own)."""
+def _prompt_statements(prompt):
+    """The prompt's top-level statements (of its longest prefix that parses)."""
     lines = prompt.split("\n")
-    tree = None
     for end in range(len(lines), 0, -1):
         try:
-            tree = ast.parse("\n".join(lines[:end]))
-            break
+            return ast.parse("\n".join(lines[:end])).body
         except SyntaxError:
             continue
-    if tree is None:
-        return
-    for stmt in tree.body:
-        try:
-            code = compile(ast.Module([stmt], []), "<prompt>", "exec")
-            exec(code, scope)
-        except Exception:
-            pass
+    return []
+
+
+def prepare(prompt, test):
+    """Compiles a task's prompt helpers and rewritten tests (trusted code).
+
+    Returns ``(prompt_codes, test_code, texts, in_loop)``: one code object per top-level
+    statement of the prompt (each executed on its own, failures ignored), the tests with each
+    assert turned into a judged case, the cases' source texts and whether each may run more
+    than once. Raises ``SyntaxError`` when the tests do not compile. The host calls this once
+    per task and sends the code objects marshalled; the box calls it for other interpreters.
+    """
+    codes = []
+    for stmt in _prompt_statements(prompt):
+        with contextlib.suppress(SyntaxError, ValueError):
+            codes.append(compile(ast.Module([stmt], []), "<prompt>", "exec"))
+    tree = ast.parse(test)
+    rw = _Rewriter(test)
+    tree = ast.fix_missing_locations(rw.visit(tree))
+    return codes, compile(tree, _TEST_FILENAME, "exec"), rw.texts, rw.in_loop
 
 
 def _verdict_line(nonce, verdict):
@@ -697,28 +727,36 @@ def _main(source, entry):
     verdict["calls"] = child.calls
     verdict["output"] = bytes(child.out[-_OUT_KEEP:]).decode("utf-8", "replace")
     verdict["output_bytes"] = child.out_total
-    verdict["time"] = time.monotonic() - start
+    end = time.monotonic()
+    verdict["time"] = end - start
+    verdict["phases"] = [
+        round(getattr(child, "t_prepared", end) - start, 6),
+        round(getattr(child, "t_ready", end) - start, 6),
+    ]
     _verdict_line(nonce, verdict)
     os._exit(0)
 
 
 def _judge(task, entry, child):
-    test = task["test"]
-    try:
-        tree = ast.parse(test)
-    except SyntaxError as e:
-        child.kill()
-        return {"masked": f"the task's test code does not compile: {e}"}
-    rw = _Rewriter(test)
-    tree = ast.fix_missing_locations(rw.visit(tree))
-    code = compile(tree, _TEST_FILENAME, "exec")
-    texts, in_loop = rw.texts, rw.in_loop
+    if "test_code" in task:
+        unpack = marshal.loads  # from the host, through stdin: trusted
+        prompt_codes = unpack(binascii.a2b_base64(task["prompt_code"]))
+        code = unpack(binascii.a2b_base64(task["test_code"]))
+        texts, in_loop = task["texts"], task["in_loop"]
+    else:
+        try:
+            prompt_codes, code, texts, in_loop = prepare(task.get("prompt", ""), task["test"])
+        except SyntaxError as e:
+            child.kill()
+            return {"masked": f"the task's test code does not compile: {e}"}
     whole = not texts
     if whole:
         texts, in_loop = ["the tests run without an exception"], [True]
     cases = _Cases(texts, in_loop, child)
     scope = {"__name__": "__test__"}
-    _exec_prompt(task.get("prompt", ""), scope)
+    for c in prompt_codes:
+        with contextlib.suppress(Exception):
+            exec(c, scope)
 
     def candidate(*args, **kwargs):
         return child.call(args, kwargs)
@@ -728,12 +766,14 @@ def _judge(task, entry, child):
     scope["_agentrl_cases"] = cases
     setup = None
     outside = None
+    child.t_prepared = time.monotonic()
     try:
         setup = child.ready()
     except _Fatal as e:
         setup = (e.cls, e.exc, e.message, e.tb)
+    child.t_ready = time.monotonic()
     if setup is not None:
-        child.kill()
+        child.stop()
         for i in range(len(texts)):
             cases.state[i] = [False, setup[0], setup[1], _short(texts[i], 600), setup[3]]
     else:
@@ -745,7 +785,7 @@ def _judge(task, entry, child):
         except BaseException as e:
             cases.outside(e)
             outside = [*cases.classify(e), _short(f"{type(e).__name__}: {_safe_str(e)}")]
-        child.kill()
+        child.stop()
         if whole and cases.state[0] is None:
             cases.state[0] = True
     out = []
