@@ -124,3 +124,28 @@ class Scorer:
             if self._owned and self._evaluator is not None:
                 self._evaluator.close()
                 self._evaluator = None
+
+
+_shared_lock = threading.Lock()
+_shared: dict[str, Scorer] = {}
+
+
+def shared_scorer(key: str) -> Scorer:
+    """The process-wide scorer under ``key`` (made with defaults on first use). It lives
+    here, not in the adapter module, because trainers load adapter files by path (a second
+    copy of the module) and both copies must see one configuration."""
+    with _shared_lock:
+        s = _shared.get(key)
+        if s is None:
+            s = _shared[key] = Scorer()
+        return s
+
+
+def set_shared_scorer(key: str, scorer: Scorer | None) -> None:
+    """Replaces (or with None drops) the scorer under ``key``; closes the old one."""
+    with _shared_lock:
+        old = _shared.pop(key, None)
+        if scorer is not None:
+            _shared[key] = scorer
+    if old is not None and old is not scorer:
+        old.close()

@@ -26,13 +26,12 @@ scores ``masked_score`` (default 0.0) with ``masked=1.0`` so it can be found in 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrl.envs.base import RewardMasked, StepResult
 from agentrl.envs.tasks import coerce_task
-from agentrl.integrations._common import Scored, Scorer
+from agentrl.integrations._common import Scored, Scorer, set_shared_scorer, shared_scorer
 
 if TYPE_CHECKING:
     from agentrl.evaluation import Evaluator, Task
@@ -45,8 +44,7 @@ __all__ = [
     "configure",
 ]
 
-_lock = threading.Lock()
-_scorer: Scorer | None = None
+_KEY = "verl"
 _IGNORED = frozenset({"reward_router_address", "reward_model_tokenizer"})
 """Keywords verl's reward loop adds for model-based rewards; unused here."""
 
@@ -60,23 +58,17 @@ def configure(
     timeout: float = 3.0,
 ) -> None:
     """Sets the evaluator and shaping the module's functions use (default: an evaluator
-    made on first use with the default settings). Closes an evaluator it made before."""
-    global _scorer
+    made on first use with the default settings). Closes an evaluator it made before. The
+    setting is process-wide: it also reaches the copy of this module that verl loads by
+    file path."""
     new = Scorer(
         evaluator, reward=reward, extract_code=extract_code, workers=workers, timeout=timeout
     )
-    with _lock:
-        old, _scorer = _scorer, new
-    if old is not None:
-        old.close()
+    set_shared_scorer(_KEY, new)
 
 
 def _get_scorer() -> Scorer:
-    global _scorer
-    with _lock:
-        if _scorer is None:
-            _scorer = Scorer()
-        return _scorer
+    return shared_scorer(_KEY)
 
 
 def _options(kwargs: Mapping[str, Any]) -> Any:
@@ -166,9 +158,5 @@ def compute_score_batch(
 
 
 def _close() -> None:
-    """Closes the module's evaluator (tests; interpreter exit closes it anyway)."""
-    global _scorer
-    with _lock:
-        old, _scorer = _scorer, None
-    if old is not None:
-        old.close()
+    """Drops the configuration (closing an evaluator made for it)."""
+    set_shared_scorer(_KEY, None)
