@@ -254,7 +254,14 @@ class Evaluator:
         results: list[ExecResult] = outcomes  # type: ignore[assignment]
         if isinstance(task, FunctionTask):
             n = _prepared(task.prompt, task.test, self._compiled)[1]
-            return function_judgement(task.task_id, task.entry_point, n, results[0], nonce)
+            return function_judgement(
+                task.task_id,
+                task.entry_point,
+                n,
+                results[0],
+                nonce,
+                self._base_limits.memory_bytes,
+            )
         wall = sum(r.wall_time_s for r in results)
         for r in results:
             if r.status is Status.SANDBOX_ERROR:

@@ -205,13 +205,20 @@ HARNESS_ERROR_MARK = b"AGENTRL-HARNESS-ERROR"
 
 
 def function_judgement(
-    task_id: str, entry_point: str, n_static: int, result: ExecResult, nonce: str
+    task_id: str,
+    entry_point: str,
+    n_static: int,
+    result: ExecResult,
+    nonce: str,
+    memory_limit: int | None = None,
 ) -> Judgement:
     """Reads the verdict of a function-task run from its :class:`ExecResult`.
 
     Only a stdout line that starts with ``nonce`` counts; without one the completion failed
     (its class from the run's status). ``sandbox_error`` and a harness failure are masked.
-    ``n_static`` is the number of cases to report when no verdict came back.
+    ``n_static`` is the number of cases to report when no verdict came back. A run that hit
+    the memory limit (or came within 5% of ``memory_limit``) turns a killed or timed-out
+    candidate into ``MEMORY_LIMIT``.
     """
     wall = result.wall_time_s
     if result.status is Status.SANDBOX_ERROR:
@@ -237,11 +244,13 @@ def function_judgement(
         return masked_judgement(task_id, str(verdict["masked"]), wall, entry_point)
     output = str(verdict.get("output", ""))
     oom = result.status is Status.MEMORY_LIMIT or result.limit == "memory"
+    if memory_limit and result.peak_memory_bytes is not None:
+        oom = oom or result.peak_memory_bytes >= 0.95 * memory_limit
     cases = []
     for i, c in enumerate(verdict["cases"]):
         ok, cls_name, exc, message, tb = c
         cls = ErrorClass(cls_name)
-        if oom and cls is ErrorClass.RUNTIME_ERROR and exc == "SIGKILL":
+        if oom and not ok and _oom_victim(cls, exc):
             cls, exc = ErrorClass.MEMORY_LIMIT, "MemoryError"
         cases.append(CaseResult(i, bool(ok), cls, exc, str(message), str(tb)))
     extra = ""
@@ -257,6 +266,14 @@ def function_judgement(
         entry_point=entry_point,
         extra=extra,
     )
+
+
+def _oom_victim(cls: ErrorClass, exc: str | None) -> bool:
+    """A failure the memory limit explains: a killed candidate, or one slowed to a timeout by
+    reclaim under the limit (the run's cgroup hit its memory limit)."""
+    if cls is ErrorClass.TIMEOUT:
+        return True
+    return cls is ErrorClass.RUNTIME_ERROR and exc in ("SIGKILL", "CandidateExit", "MemoryError")
 
 
 def _find_verdict(stdout: bytes, nonce: str) -> dict[str, Any] | None:
