@@ -299,3 +299,19 @@ def test_verl_async_reward_loop(verl_batch: Any) -> None:
     outs = asyncio.run(main())
     assert [o["reward_score"] for o in outs] == pytest.approx([1.0, 1 / 3, 1.0, 0.0])
     assert outs[3]["reward_extra_info"]["masked"] == 1.0
+
+
+def test_code_reward_prompt_sources(evaluator: Evaluator) -> None:
+    """Which code a completion continues: a one-word instruction is not code ("auto"), a
+    `task_prompt` column is; "none" judges the completion alone."""
+    body = [GOOD]
+    cols = {"test": [TEST], "entry_point": ["add"]}
+    auto = CodeReward(evaluator)
+    assert auto(prompts=["add"], completions=[PROMPT + GOOD], **cols) == pytest.approx([1.0])
+    assert auto(prompts=["add"], completions=body, task_prompt=[PROMPT], **cols) == [1.0]
+    none = CodeReward(evaluator, prompt_source="none")
+    assert none(prompts=[PROMPT], completions=body, **cols) == pytest.approx([-0.5])
+    forced = CodeReward(evaluator, prompt_source="prompt")
+    assert forced(prompts=[PROMPT], completions=body, **cols) == pytest.approx([1.0])
+    with pytest.raises(TypeError, match="str prompts"):
+        forced(prompts=[[{"role": "user", "content": "x"}]], completions=body, **cols)

@@ -17,6 +17,7 @@ record or JSON text), or a ``task_id`` found in ``tasks=``.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +34,14 @@ _TRL_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environmen
 _PROMPT_SOURCES = ("auto", "prompt", "task", "none")
 
 
-def _compiles(text: str) -> bool:
+def _is_code(text: str) -> bool:
+    """Whether a prompt is Python code a completion continues: it parses and holds more than
+    bare expressions (a one-word instruction parses too)."""
     try:
-        compile(text, "<prompt>", "exec", dont_inherit=True)
+        tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return False
-    return True
+    return any(not isinstance(node, ast.Expr) for node in tree.body)
 
 
 class CodeReward:
@@ -51,9 +54,9 @@ class CodeReward:
     * ``extract_code``: judge the markdown fence's code when the completion has one.
     * ``prompt_source``: the code a completion continues (HumanEval completions continue
       the prompt's signature): ``"auto"`` takes a ``task_prompt`` column, else the task
-      table's prompt, else the TRL prompt when it is Python, else nothing; ``"prompt"``
-      always the TRL prompt (a str); ``"task"`` the task's own; ``"none"`` nothing (the
-      completion holds the whole program).
+      table's prompt, else the TRL prompt when it is Python code (more than bare
+      expressions), else nothing; ``"prompt"`` always the TRL prompt (a str); ``"task"``
+      the task's own; ``"none"`` nothing (the completion holds the whole program).
     * ``log``: report ``pass_rate``/``pass_fraction``/``masked`` through TRL's
       ``log_metric`` and the error class through ``log_extra``.
     * ``name``: the ``__name__`` TRL logs the reward under.
@@ -141,7 +144,7 @@ class CodeReward:
         if tid is not None and str(tid) in self.tasks:
             return coerce_task(self.tasks[str(tid)], prompt=code)
         if code is None and src == "auto":
-            code = prompt if isinstance(prompt, str) and _compiles(prompt) else ""
+            code = prompt if isinstance(prompt, str) and _is_code(prompt) else ""
         return coerce_task(row, prompt=code if code is not None else None)
 
     def _finish(self, scored: list[Scored], kwargs: dict[str, Any]) -> list[float | None]:
