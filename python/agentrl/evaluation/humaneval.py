@@ -61,12 +61,9 @@ def human_eval_result(j: Judgement) -> str:
         return "passed"
     if j.error_class is ErrorClass.TIMEOUT:
         return "timed out"
-    first = next((c for c in j.cases if not c.passed), None)
-    if first is None:
-        return "failed: "
-    if first.error_class is ErrorClass.WRONG_ANSWER and first.exception is None:
-        return "failed: "
-    return f"failed: {first.exception or first.error_class.value}"
+    if j.error_detail is not None:
+        return f"failed: {j.error_detail}"
+    return f"failed: {j.exception or ''}"
 
 
 def _as_dict(problem: Mapping[str, Any], j: Judgement, completion_id: int | None) -> dict:

