@@ -15,7 +15,6 @@ from agentrl.envs import (
     CodeEnvConfig,
     CodeRepairConfig,
     CodeRepairEnv,
-    RewardMasked,
     ShellEnv,
     ShellEnvConfig,
     ShellTask,
@@ -194,16 +193,15 @@ def test_scheduler_drives_shell_env(shell_sb: Sandbox) -> None:
             assert ep.total_reward == 1.0 and ep.turns[-1].info["solved"]
 
 
-def test_scheduler_view_raises_masked(shell_sb: Sandbox) -> None:
+def test_scheduler_view_keeps_masked(shell_sb: Sandbox) -> None:
     async def main() -> None:
         env = ShellEnv(shell_sb)
         view = env.for_scheduler()
         await view.reset(FIX_TASK)
         assert env.session is not None
         env.session.close()
-        with pytest.raises(RewardMasked) as ei:
-            await view.step("ls")
-        assert "closed" in ei.value.reason and ei.value.result.reward is None
+        r = await view.step("ls")
+        assert r.reward is None and r.done and "closed" in r.info["masked"]
         await view.close()
 
     asyncio.run(main())
@@ -382,5 +380,7 @@ def test_scheduler_drives_code_envs(evaluator: Evaluator) -> None:
     assert [t.reward for t in repair.turns] == [0.0, 1.0]
     assert "ZeroDivisionError" in repair.turns[1].observation  # the feedback it answered
     (masked,) = groups["flaky-add"][0].episodes
-    assert masked.status is EpisodeStatus.FAILED and isinstance(masked.error, RewardMasked)
-    assert "sandbox" in masked.error.reason
+    assert masked.status is EpisodeStatus.DONE and masked.error is None
+    assert masked.masked and masked.total_reward is None and masked.turns[-1].reward is None
+    assert "sandbox" in (masked.mask_reason or "")
+    assert groups["flaky-add"][0].usable == []

@@ -137,6 +137,34 @@ def test_per_episode_exception_values_and_env_errors() -> None:
     _run(main())
 
 
+def test_masked_reward_is_kept_as_none_not_zero() -> None:
+    class FlakyEnv(CountEnv):
+        async def step(self, action: Any) -> tuple[int, float | None, bool, dict]:
+            if action == "infra":  # the environment could not judge this step
+                return 0, None, True, {"masked": "sandbox_error: slot died"}
+            return await super().step(action)
+
+    def generate(eps: list[Episode]) -> list[str]:
+        return ["infra" if e.index == 1 else "a" for e in eps]
+
+    async def main() -> None:
+        cfg = SchedulerConfig(batch_size=4, max_staleness=None)
+        async with RolloutScheduler(generate, lambda t: FlakyEnv(t, turns=2), config=cfg) as s:
+            s.feed(range(2), group_size=3)
+            groups = await _collect(s)
+            stats = s.stats()
+        assert stats["episodes_masked"] == 2 and stats["episodes_failed"] == 0
+        for g in groups:
+            masked = g.episodes[1]
+            assert masked.status is EpisodeStatus.DONE and masked.masked
+            assert masked.total_reward is None and masked.turns[-1].reward is None
+            assert masked.mask_reason == "sandbox_error: slot died"
+            assert [e.index for e in g.usable] == [0, 2]
+            assert all(e.total_reward == 2.0 and not e.masked for e in g.usable)
+
+    _run(main())
+
+
 def test_max_turns_truncates_and_sync_env_runs_in_thread() -> None:
     import threading
 

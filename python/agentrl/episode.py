@@ -34,7 +34,9 @@ class Turn:
     """What ``generate`` returned for this episode."""
     version: int
     """Policy version when the ``generate`` call that made the action started."""
-    reward: float = 0.0
+    reward: float | None = 0.0
+    """The step's reward; None when it is *masked* (an infrastructure failure, such as a
+    ``sandbox_error``, left the step without a trustworthy reward: train on nothing, not 0)."""
     info: Any = None
 
 
@@ -61,8 +63,25 @@ class Episode:
     """Times it was aborted by a policy update and re-queued."""
 
     @property
-    def total_reward(self) -> float:
-        return sum(t.reward for t in self.turns)
+    def masked(self) -> bool:
+        """Some step's reward is masked (None): the episode carries no reward signal."""
+        return any(t.reward is None for t in self.turns)
+
+    @property
+    def mask_reason(self) -> str | None:
+        """Why the first masked step has no reward (its ``info["masked"]`` when given)."""
+        for t in self.turns:
+            if t.reward is None:
+                reason = t.info.get("masked") if isinstance(t.info, dict) else None
+                return str(reason) if reason else "reward masked"
+        return None
+
+    @property
+    def total_reward(self) -> float | None:
+        """Sum of the turns' rewards; None when the episode is :attr:`masked`."""
+        if self.masked:
+            return None
+        return sum(t.reward for t in self.turns if t.reward is not None)
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -86,3 +105,8 @@ class EpisodeGroup:
     @property
     def failed(self) -> list[Episode]:
         return [e for e in self.episodes if e.status is EpisodeStatus.FAILED]
+
+    @property
+    def usable(self) -> list[Episode]:
+        """The episodes a trainer can learn from: finished (done or truncated), not masked."""
+        return [e for e in self.episodes if e.status is not EpisodeStatus.FAILED and not e.masked]

@@ -132,8 +132,10 @@ class RolloutScheduler:
     instance in place of an action fails that episode only); a coroutine function is
     awaited on the loop, a plain function runs in a thread. ``env_factory(task)`` makes the
     environment of one episode: ``reset(task) -> observation`` and ``step(action) ->
-    (observation, reward, done[, info])``, async or plain; its optional ``close()`` is
-    called at the end. ``pool``: the :class:`SandboxPool` the environments use, for stats.
+    (observation, reward, done[, info])``, async or plain (a reward of None is *masked*: no
+    trustworthy signal, e.g. the sandbox failed; the episode is delivered with
+    :attr:`Episode.masked` set and ``info["masked"]`` as its reason, never scored 0); its
+    optional ``close()`` is called at the end. ``pool``: the :class:`SandboxPool` the environments use, for stats.
 
     Use it inside a running loop (``async with``), feed tasks with :meth:`submit_group` or
     :meth:`feed`, consume :meth:`groups`. Only the loop thread may call its methods.
@@ -179,7 +181,17 @@ class RolloutScheduler:
         self._in_env = 0
         self._delivering = 0
         self._n = dict.fromkeys(
-            ("episodes", "failed", "truncated", "aborted", "groups", "gen_calls", "gen_items"), 0
+            (
+                "episodes",
+                "failed",
+                "truncated",
+                "masked",
+                "aborted",
+                "groups",
+                "gen_calls",
+                "gen_items",
+            ),
+            0,
         )
         self._idle_s = 0.0
         self._t0 = time.monotonic()
@@ -367,7 +379,9 @@ class RolloutScheduler:
                     self._in_env -= 1
                 self._env_latency.append(time.monotonic() - t0)
                 obs, reward, done, *rest = out
-                ep.turns.append(Turn(ep.observation, action, version, float(reward), *rest[:1]))
+                # None is a masked reward (no trustworthy signal), kept as None, never 0.
+                reward = None if reward is None else float(reward)
+                ep.turns.append(Turn(ep.observation, action, version, reward, *rest[:1]))
                 ep.observation = obs
                 if done:
                     ep.status = EpisodeStatus.DONE
@@ -428,6 +442,8 @@ class RolloutScheduler:
             self._n["failed"] += 1
         elif ep.status is EpisodeStatus.TRUNCATED:
             self._n["truncated"] += 1
+        if ep.masked:
+            self._n["masked"] += 1
         group, left = self._groups[ep.group_id]
         left[0] += 1
         if left[0] == len(group.episodes):
@@ -562,6 +578,7 @@ class RolloutScheduler:
             "episodes_finished": n["episodes"],
             "episodes_failed": n["failed"],
             "episodes_truncated": n["truncated"],
+            "episodes_masked": n["masked"],
             "episodes_aborted": n["aborted"],
             "groups_delivered": n["groups"],
             "generate_calls": n["gen_calls"],

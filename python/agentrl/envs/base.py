@@ -104,8 +104,9 @@ class TextEnv:
 class SchedulerEnv:
     """Adapts a :class:`TextEnv` to :class:`agentrl.RolloutScheduler`: ``reset``/``step``/
     ``close`` are the environment's async variants, so steps run on the pool (or a thread)
-    without blocking the scheduler's loop. A masked step raises :class:`RewardMasked`: the
-    scheduler records the episode as failed, with the reason, and the trainer skips it.
+    without blocking the scheduler's loop. A masked step keeps its reward None: the scheduler
+    delivers the episode with :attr:`agentrl.Episode.masked` set and the reason in the turn's
+    ``info["masked"]``, and a trainer skips it (:attr:`agentrl.EpisodeGroup.usable`).
 
     ``RolloutScheduler(generate, lambda task: CodeEnv(evaluator).for_scheduler(), ...)``
     """
@@ -119,10 +120,7 @@ class SchedulerEnv:
         return await self.env.areset(task)
 
     async def step(self, action: Any) -> StepResult:
-        r = await self.env.astep(action)
-        if r.reward is None:
-            raise RewardMasked(str(r.info.get("masked") or "unknown"), r)
-        return r
+        return await self.env.astep(action)
 
     async def close(self) -> None:
         await self.env.aclose()
