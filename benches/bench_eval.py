@@ -96,6 +96,18 @@ def main() -> int:
         rows.append(
             _measure("agentrl Evaluator.judge_many", lambda: ev.judge_many(pairs), n, args.repeats)
         )
+        print("empty sandbox runs (the floor of any per-problem box)", file=sys.stderr)
+        rows.append(
+            _measure(
+                "empty warm sandbox run, same pool (ceiling)",
+                lambda: [
+                    {"passed": f.result().ok}
+                    for f in [ev.pool.submit_python("pass") for _ in range(n)]
+                ],
+                n,
+                args.repeats,
+            )
+        )
         ours._shared = None
     base = rows[0]["rate"]
     lines = [

@@ -24,6 +24,7 @@ import binascii
 import builtins
 import contextlib
 import ctypes
+import gc
 import json
 import marshal
 import os
@@ -729,6 +730,7 @@ def _main(source, entry):
     out_r, out_w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
+    gc.freeze()  # the child's collections then leave the shared pages alone (fewer COW faults)
     try:
         pid = os.fork()
     except OSError as e:

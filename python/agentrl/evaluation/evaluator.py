@@ -12,7 +12,6 @@ import re
 import secrets
 import sys
 import threading
-import zlib
 from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
@@ -36,7 +35,18 @@ from agentrl.sandbox import _interpreter_layout
 
 __all__ = ["Evaluator"]
 
-_PREIMPORTS = ("ast", "ctypes", "json", "select", "signal", "traceback")
+_PREIMPORTS = (
+    "ast",
+    "binascii",
+    "contextlib",
+    "ctypes",
+    "gc",
+    "json",
+    "marshal",
+    "select",
+    "signal",
+    "traceback",
+)
 """Modules the harness uses: loaded once in the warm interpreters of an owned pool."""
 
 MARGIN_S = 2.0
@@ -48,21 +58,28 @@ def _harness_source() -> str:
     return (Path(__file__).with_name("_box.py")).read_text(encoding="utf-8")
 
 
+HARNESS_FILE = ".agentrl_harness"
+"""Name of the compiled harness in the box's work dir (read once, before any candidate code)."""
+
+
 @functools.lru_cache(maxsize=1)
-def _harness_compiled() -> str:
-    """The harness as a marshalled code object in a small loader: compiling ~700 lines of
-    source costs ~9 ms per run, loading the code object well under 1 ms. Only valid for an
-    interpreter of this very version (checked in the box: a mismatch is a masked run)."""
-    code = compile(_harness_source(), "<agentrl-harness>", "exec")
-    blob = base64.b64encode(zlib.compress(marshal.dumps(code), 6)).decode("ascii")
+def _harness_compiled() -> tuple[str, bytes]:
+    """A small loader and the harness as a marshalled code object (docstrings stripped):
+    compiling ~800 lines of source costs ~9 ms per run, loading the code object from a file
+    well under 1 ms. Only valid for an interpreter of this very version (checked in the box:
+    a mismatch is a masked run)."""
+    code = compile(_harness_source(), "<agentrl-harness>", "exec", optimize=2)
     tag = sys.implementation.cache_tag
-    return (
-        "import sys, marshal, zlib, binascii, os\n"
+    loader = (
+        "import sys, marshal, os\n"
         f"if sys.implementation.cache_tag != {tag!r}:\n"
         "    os.write(2, b'AGENTRL-HARNESS-ERROR interpreter mismatch\\n')\n"
         "    os._exit(70)\n"
-        f"exec(marshal.loads(zlib.decompress(binascii.a2b_base64({blob!r}))))\n"
+        f"with open({HARNESS_FILE!r}, 'rb') as _f:\n"
+        "    exec(marshal.loads(_f.read()))\n"
+        "del _f\n"
     )
+    return loader, marshal.dumps(code)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -215,7 +232,8 @@ class Evaluator:
 
     def _function_job(
         self, task: FunctionTask, completion: str, timeout: float
-    ) -> tuple[str, str, str]:
+    ) -> tuple[str, str, str, dict[str, bytes]]:
+        """The box's ``__main__`` source, stdin (nonce and tests), nonce and files."""
         try:
             fragment, _ = _prepared(task.prompt, task.test, self._compiled)
         except SyntaxError as e:
@@ -223,10 +241,14 @@ class Evaluator:
                 f"task {task.task_id!r}: its test code does not compile: {e}"
             ) from None
         nonce = secrets.token_hex(16)
-        head = _harness_compiled() if self._compiled else _harness_source()
+        files: dict[str, bytes] = {}
+        if self._compiled:
+            head, files[HARNESS_FILE] = _harness_compiled()
+        else:
+            head = _harness_source()
         source = f"{head}\n_main({task.prompt + completion!r}, {task.entry_point!r})\n"
         stdin = f'{nonce}\n{{"timeout": {timeout!r}, {fragment}'
-        return source, stdin, nonce
+        return source, stdin, nonce, files
 
     def _submit(
         self, task: Task, completion: str, timeout: float | None
@@ -234,8 +256,9 @@ class Evaluator:
         t = self._timeout if timeout is None else _check_timeout(timeout)
         limits = self.limits_for(t)
         if isinstance(task, FunctionTask):
-            source, stdin, nonce = self._function_job(task, completion, t)
-            return [self._pool.submit_python(source, stdin=stdin, limits=limits)], nonce
+            source, stdin, nonce, files = self._function_job(task, completion, t)
+            fut = self._pool.submit_python(source, stdin=stdin, files=files, limits=limits)
+            return [fut], nonce
         futs = [
             self._pool.submit_python(completion, stdin=case.input, limits=limits)
             for case in task.cases
@@ -326,8 +349,8 @@ class Evaluator:
         limits = self.limits_for(t)
         nonce = ""
         if isinstance(task, FunctionTask):
-            source, stdin, nonce = self._function_job(task, completion, t)
-            jobs = [self._pool.run_python(source, stdin=stdin, limits=limits)]
+            source, stdin, nonce, files = self._function_job(task, completion, t)
+            jobs = [self._pool.run_python(source, stdin=stdin, files=files, limits=limits)]
         else:
             jobs = [
                 self._pool.run_python(completion, stdin=c.input, limits=limits) for c in task.cases
