@@ -1,8 +1,9 @@
 """The trusted harness that judges one function task inside a box.
 
-Its text, followed by one call of :func:`_main` with the candidate's source and entry point,
-is the box's ``__main__.py``; the task's tests and the verdict nonce come on stdin. It runs
-with the standard library only (no agentrl import). In order:
+The box's ``__main__.py`` loads this module (as a marshalled code object written next to it,
+or as source for another interpreter) and calls :func:`_main` with the candidate's source and
+entry point; the task's tests (compiled on the host by :func:`prepare`) and the verdict nonce
+come on stdin, which the candidate never sees. It uses the standard library only. In order:
 
 1. It makes itself non-dumpable, so a same-uid process cannot open ``/proc/<pid>/mem`` or
    ``/proc/<pid>/fd`` of it, nor trace it.
