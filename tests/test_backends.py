@@ -236,6 +236,9 @@ def test_local_backend_keeps_the_loop_free_and_updates_weights(policy: Policy) -
             backend.update_weights(other.state_dict(), version=4)
             assert backend.version == 4
             second = await backend.generate(PROMPTS, params)
+            await backend.aupdate_weights(policy.state_dict(), version=6)
+            third = await backend.generate(PROMPTS[:1], params)
+            assert third[0].version == 6 and third[0].token_ids == first[0].token_ids
         return ticks, first, second
 
     ticks, first, second = run(go())

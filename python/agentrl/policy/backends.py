@@ -64,6 +64,12 @@ class LocalBackend:
         """Loads new weights; waits for a generation in progress to finish first."""
         self.policy.set_weights(state_dict, version)
 
+    async def aupdate_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        """:meth:`update_weights` from a coroutine: waits in a thread, not on the loop."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.policy.set_weights, state_dict, version
+        )
+
     def close(self) -> None:
         """Stops the worker thread (after the queued generations)."""
         self._executor.shutdown(wait=True)
