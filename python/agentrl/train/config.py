@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import itertools
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -232,7 +233,7 @@ def field_docs() -> dict[str, str]:
     assert isinstance(cls, ast.ClassDef)
     docs: dict[str, str] = {}
     body = cls.body
-    for node, nxt in zip(body, body[1:], strict=False):
+    for node, nxt in itertools.pairwise(body):
         if (
             isinstance(node, ast.AnnAssign)
             and isinstance(node.target, ast.Name)
