@@ -31,8 +31,18 @@ def _agentrl_zygote(core_path, preimports):
     for name in preimports:
         __import__(name)
     allowed = base | (set(sys.modules) - before)
-    import struct
+    import atexit, gc, struct
     core._zygote_init()
+    # Warm what every run would otherwise build afresh in its own copy of the heap: the
+    # compiler's AST types (made on the first compile()).
+    compile("pass", "<warm>", "exec")
+    # Modules of the bootstrap itself leave sys.modules here, once, rather than in every
+    # run (the references above keep them alive).
+    for name in list(sys.modules):
+        if name not in allowed:
+            del sys.modules[name]
+    clean = len(sys.modules)
+    own_env = list(os.environ.items())
     ctl = 3
     core._zygote_send(ctl, b"R", [])
     while True:
@@ -41,6 +51,9 @@ def _agentrl_zygote(core_path, preimports):
             os._exit(0)
         sys.stdout.flush()
         sys.stderr.flush()
+        # Objects of the interpreter stay out of every collection in its runs: a collection
+        # would touch (and so copy) every page of the heap.
+        gc.freeze()
         try:
             core._zygote_unshare_pid()
             pid = os.fork()
@@ -51,10 +64,11 @@ def _agentrl_zygote(core_path, preimports):
             continue
         if pid == 0:
             env = core._zygote_child(fds)
-            for name in list(sys.modules):
-                if name not in allowed:
-                    del sys.modules[name]
-            _agentrl_run(env)
+            if len(sys.modules) != clean:
+                for name in list(sys.modules):
+                    if name not in allowed:
+                        del sys.modules[name]
+            _agentrl_run(env, env != own_env, atexit)
         core._zygote_forget()
         for fd in fds:
             os.close(fd)
@@ -68,11 +82,11 @@ def _agentrl_zygote(core_path, preimports):
         report = struct.pack("<iddq", status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss)
         core._zygote_send(ctl, b"S" + report, [])
 
-def _agentrl_run(env):
-    import atexit
+def _agentrl_run(env, new_env, atexit):
     atexit._clear()
-    os.environ.clear()
-    os.environ.update(env)
+    if new_env:
+        os.environ.clear()
+        os.environ.update(env)
     path = "/work/__main__.py"
     sys.argv = ["__main__.py"]
     sys.path[0] = "/work"
