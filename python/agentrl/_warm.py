@@ -42,6 +42,8 @@ def _agentrl_zygote(core_path, preimports):
         if name not in allowed:
             del sys.modules[name]
     clean = len(sys.modules)
+    # None with an extension module built before it (an editable install not yet rebuilt).
+    report = getattr(core, "_zygote_report", None)
     own_env = list(os.environ.items())
     ctl = 3
     core._zygote_send(ctl, b"R", [])
@@ -77,10 +79,14 @@ def _agentrl_zygote(core_path, preimports):
         os.close(pidfd)
         # Allocate nothing until the supervisor asks for the report: a run that filled the
         # slot's memory leaves it full until the supervisor has freed the run's files.
+        if report is not None:
+            # In Rust: os.wait4 would import `resource` into sys.modules here.
+            report(ctl, pid)
+            continue
         core._zygote_ack(ctl)
         _, status, ru = os.wait4(pid, 0)
-        report = struct.pack("<iddq", status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss)
-        core._zygote_send(ctl, b"S" + report, [])
+        data = struct.pack("<iddq", status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss)
+        core._zygote_send(ctl, b"S" + data, [])
 
 def _agentrl_run(env, new_env, atexit):
     atexit._clear()

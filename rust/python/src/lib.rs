@@ -271,6 +271,14 @@ fn _zygote_ack(py: Python<'_>, fd: i32) -> PyResult<()> {
     }
 }
 
+/// Waits for the supervisor's request, reaps the run `pid` and sends its exit report.
+#[pyfunction]
+fn _zygote_report(py: Python<'_>, fd: i32, pid: i32) -> PyResult<()> {
+    let sock = borrow(fd)?;
+    py.detach(|| sb::zygote::report_exit(sock, pid))
+        .map_err(|e| SandboxError::new_err(e.to_string()))
+}
+
 /// Wipes the request (in the interpreter, after the fork).
 #[pyfunction]
 fn _zygote_forget() {
@@ -327,6 +335,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_zygote_recv, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_forget, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_ack, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_report, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_unshare_pid, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_child, m)?)?;

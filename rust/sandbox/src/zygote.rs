@@ -416,8 +416,17 @@ pub fn decode(p: &[u8]) -> Option<Request> {
 
 static FILTERS: OnceLock<(Filter, Filter)> = OnceLock::new();
 
+/// The highest capability number, read once (a run would otherwise read `/proc` for it).
+static CAP_LAST: OnceLock<u32> = OnceLock::new();
+
 /// Compiles both seccomp policies once, before any fork (so children only install them).
 pub fn interpreter_init() {
+    CAP_LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40)
+    });
     FILTERS.get_or_init(|| {
         (
             Filter::compile(&Policy {
@@ -497,6 +506,28 @@ pub fn receive_request(ctl: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Opti
             Ok(Some(fds.into_iter().map(|f| f.into_raw_fd()).collect()))
         }
     }
+}
+
+/// In the interpreter, once the run is forked: waits for the supervisor's request for the
+/// exit report (see [`wait_exit`]: nothing is allocated before it), reaps the run and sends
+/// its wait status and resource usage.
+pub fn report_exit(ctl: std::os::fd::BorrowedFd<'_>, pid: libc::pid_t) -> std::io::Result<()> {
+    if fdpass::recv(ctl, None)?.is_none() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the supervisor is gone",
+        ));
+    }
+    let exit = supervise::reap(pid);
+    let secs = |t: &libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let mut m = Vec::with_capacity(29);
+    m.push(b'S');
+    m.extend_from_slice(&exit.wait_status.to_le_bytes());
+    m.extend_from_slice(&secs(&exit.rusage.ru_utime).to_le_bytes());
+    m.extend_from_slice(&secs(&exit.rusage.ru_stime).to_le_bytes());
+    #[allow(clippy::unnecessary_cast)] // c_long: i64 on 64-bit targets only
+    m.extend_from_slice(&(exit.rusage.ru_maxrss as i64).to_le_bytes());
+    fdpass::send(ctl, &m, &[])
 }
 
 /// Wipes the request (in the interpreter, once the run is forked).
@@ -677,10 +708,8 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
         if pid > 0 {
             become_init(fds[4]);
         }
-        let cap_last: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(40);
+        interpreter_init();
+        let cap_last = *CAP_LAST.get().expect("initialised above");
         for cap in 0..=cap_last {
             ok(
                 libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0),
