@@ -31,7 +31,7 @@ def _agentrl_zygote(core_path, preimports):
     for name in preimports:
         __import__(name)
     allowed = base | (set(sys.modules) - before)
-    import atexit, gc, struct
+    import atexit, gc
     core._zygote_init()
     # Warm what every run would otherwise build afresh in its own copy of the heap: the
     # compiler's AST types (made on the first compile()).
@@ -42,8 +42,6 @@ def _agentrl_zygote(core_path, preimports):
         if name not in allowed:
             del sys.modules[name]
     clean = len(sys.modules)
-    # None with an extension module built before it (an editable install not yet rebuilt).
-    report = getattr(core, "_zygote_report", None)
     own_env = list(os.environ.items())
     ctl = 3
     core._zygote_send(ctl, b"R", [])
@@ -77,16 +75,10 @@ def _agentrl_zygote(core_path, preimports):
         pidfd = os.pidfd_open(pid)
         core._zygote_send(ctl, b"P", [pidfd])
         os.close(pidfd)
-        # Allocate nothing until the supervisor asks for the report: a run that filled the
-        # slot's memory leaves it full until the supervisor has freed the run's files.
-        if report is not None:
-            # In Rust: os.wait4 would import `resource` into sys.modules here.
-            report(ctl, pid)
-            continue
-        core._zygote_ack(ctl)
-        _, status, ru = os.wait4(pid, 0)
-        data = struct.pack("<iddq", status, ru.ru_utime, ru.ru_stime, ru.ru_maxrss)
-        core._zygote_send(ctl, b"S" + data, [])
+        # Waits for the supervisor's request before reaping (allocating nothing: a run that
+        # filled the slot's memory leaves it full until the supervisor has freed the run's
+        # files), then reaps and reports, in Rust (os.wait4 would import `resource`).
+        core._zygote_report(ctl, pid)
 
 def _agentrl_run(env, new_env, atexit):
     atexit._clear()

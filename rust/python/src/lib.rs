@@ -260,17 +260,6 @@ fn _zygote_recv(py: Python<'_>, fd: i32) -> PyResult<Option<Vec<i32>>> {
         .map_err(|e| SandboxError::new_err(e.to_string()))
 }
 
-/// Waits for the supervisor's request for the exit report.
-#[pyfunction]
-fn _zygote_ack(py: Python<'_>, fd: i32) -> PyResult<()> {
-    let sock = borrow(fd)?;
-    match py.detach(|| sb::fdpass::recv(sock, None)) {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(SandboxError::new_err("the supervisor is gone")),
-        Err(e) => Err(SandboxError::new_err(e.to_string())),
-    }
-}
-
 /// Waits for the supervisor's request, reaps the run `pid` and sends its exit report.
 #[pyfunction]
 fn _zygote_report(py: Python<'_>, fd: i32, pid: i32) -> PyResult<()> {
@@ -334,7 +323,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_recv, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_forget, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_ack, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_report, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_unshare_pid, m)?)?;
