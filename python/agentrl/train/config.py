@@ -52,6 +52,9 @@ class TrainConfig:
     """Longest prompt + completion, in bytes (the model is byte-level)."""
 
     # ---- tasks
+    families: str | None = None
+    """Comma-separated task families to use (arith, affine, compare, string, list); None:
+    all."""
     held_out: float = 0.25
     """Share of each task family held out (never trained on) to measure the pass rate."""
     p_correct: float = 0.3
@@ -171,6 +174,15 @@ class TrainConfig:
             )
         if self.d_model % self.n_head:
             raise ValueError("TrainConfig.n_head must divide d_model")
+        if self.families is not None:
+            from agentrl.train.tasks import FAMILIES
+
+            names = [f.strip() for f in self.families.split(",") if f.strip()]
+            bad = sorted(set(names) - set(FAMILIES))
+            if not names or bad:
+                raise ValueError(
+                    f"TrainConfig.families: unknown {bad or self.families!r}; use {FAMILIES}"
+                )
         if self.sandbox_workers is not None and self.sandbox_workers < 1:
             raise ValueError("TrainConfig.sandbox_workers must be >= 1 or None")
 

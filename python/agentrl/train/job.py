@@ -28,7 +28,7 @@ from agentrl.train.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
 from agentrl.train.progress import MetricsLog, ProgressView
 from agentrl.train.sft import SFTConfig, supervised_warm_start
-from agentrl.train.tasks import CodeTask, split_tasks, task_stream, warm_start_data
+from agentrl.train.tasks import CodeTask, all_tasks, split_tasks, task_stream, warm_start_data
 from agentrl.train.trainer import GRPOConfig, GRPOTrainer, train_on_scheduler
 
 __all__ = ["TaskEnv", "evaluate_pass_rate", "run_job"]
@@ -136,7 +136,8 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
     log = MetricsLog(out / "metrics.jsonl")
     _seed_all(c.seed)
     torch.set_num_threads(c.threads)
-    train_tasks, held_tasks = split_tasks(held_out=c.held_out)
+    families = None if c.families is None else [f.strip() for f in c.families.split(",")]
+    train_tasks, held_tasks = split_tasks(all_tasks(families), held_out=c.held_out)
     gpt = GPTConfig(
         n_layer=c.n_layer, n_head=c.n_head, d_model=c.d_model, max_seq_len=c.max_seq_len
     )
