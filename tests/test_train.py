@@ -335,3 +335,24 @@ def test_smoke_run_reward_rises(tmp_path: Path) -> None:
     first, last = sum(rewards[:6]) / 6, sum(rewards[-6:]) / 6
     assert last > first + 0.05, (first, last)
     assert s["sandbox_runs"] >= 24 * 64
+
+
+def test_progress_view_live_and_plain() -> None:
+    import io
+
+    from agentrl.train.progress import ProgressView, bar
+
+    assert bar(0.5, 10) == "#####....." and bar(float("nan"), 4) == "...."
+    s = io.StringIO()
+    v = ProgressView(s, live=True)
+    v.update("grpo", 1, 4, {"reward": 0.25, "gen idle": "40%"})
+    v.update("grpo", 2, 4, {"reward": 0.5, "gen idle": "30%"})
+    out = s.getvalue()
+    assert "\x1b[2F" in out and "reward 0.500" in out and "2/4" in out  # redrawn in place
+    s = io.StringIO()
+    v = ProgressView(s, live=False)
+    v.update("grpo", 1, 4, {"reward": 0.25}, force=True)
+    v.update("grpo", 2, 4, {"reward": 0.5})  # within a second: skipped unless forced
+    assert s.getvalue().count("\n") == 1 and "\x1b" not in s.getvalue()
+    ProgressView(s, enabled=False).update("x", 1, 1, {})
+    assert s.getvalue().count("\n") == 1

@@ -300,27 +300,29 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
             }
 
         remaining = c.steps - trainer.step
-        async with RolloutScheduler(
-            generate,
-            lambda task: TaskEnv(task, evaluator, reward_cfg, cache),
-            pool=evaluator.pool,
-            config=sched_cfg,
-            version=trainer.version,
-        ) as sched:
-            await backend.aupdate_weights(trainer.weights(), trainer.version)
-            sched.feed(task_stream(train_tasks, seed=c.seed + trainer.step), c.group_size)
-            if remaining > 0:
-                await train_on_scheduler(
-                    trainer,
-                    sched,
-                    backend,
-                    steps=remaining,
-                    batch_episodes=c.batch_episodes,
-                    on_step=on_step,
-                    executor=train_ex,
-                )
-            sched_stats = sched.stats()
-        backend.close()
+        try:
+            async with RolloutScheduler(
+                generate,
+                lambda task: TaskEnv(task, evaluator, reward_cfg, cache),
+                pool=evaluator.pool,
+                config=sched_cfg,
+                version=trainer.version,
+            ) as sched:
+                await backend.aupdate_weights(trainer.weights(), trainer.version)
+                sched.feed(task_stream(train_tasks, seed=c.seed + trainer.step), c.group_size)
+                if remaining > 0:
+                    await train_on_scheduler(
+                        trainer,
+                        sched,
+                        backend,
+                        steps=remaining,
+                        batch_episodes=c.batch_episodes,
+                        on_step=on_step,
+                        executor=train_ex,
+                    )
+                sched_stats = sched.stats()
+        finally:
+            backend.close()
         summary["rl_s"] = time.monotonic() - t_rl
 
         # ---- (4) final evaluation, checkpoint, plot

@@ -31,7 +31,7 @@ from torch import Tensor
 from agentrl.episode import EpisodeGroup, EpisodeStatus
 from agentrl.train.grpo import group_advantages, policy_loss
 
-__all__ = ["GRPOConfig", "GRPOTrainer", "Sequence_", "collect_sequences", "train_on_scheduler"]
+__all__ = ["GRPOConfig", "GRPOTrainer", "TrainSequence", "collect_sequences", "train_on_scheduler"]
 
 
 @dataclass
@@ -85,7 +85,7 @@ class GRPOConfig:
 
 
 @dataclass
-class Sequence_:
+class TrainSequence:
     """One completion to learn from: a turn of an episode with its advantage."""
 
     prompt_ids: list[int]
@@ -109,7 +109,7 @@ def _episode_reward(ep: Any) -> float | None:
 
 def collect_sequences(
     groups: Sequence[EpisodeGroup], *, scale_std: bool = False
-) -> tuple[list[Sequence_], dict[str, float]]:
+) -> tuple[list[TrainSequence], dict[str, float]]:
     """The sequences of ``groups`` that carry signal, and batch statistics.
 
     Each group's rewards (an episode's reward is the sum of its turns'; a failed episode or
@@ -117,7 +117,7 @@ def collect_sequences(
     advantage (masked, or in a group without spread) are left out. Every turn of a kept
     episode is one sequence; its action must be a :class:`agentrl.policy.Generation`.
     """
-    out: list[Sequence_] = []
+    out: list[TrainSequence] = []
     rewards: list[float] = []
     masked = 0
     informative = 0
@@ -145,7 +145,7 @@ def collect_sequences(
                     continue
                 lp = list(gen.logprobs) if getattr(gen, "logprobs", None) else None
                 out.append(
-                    Sequence_(list(gen.prompt_ids), list(gen.token_ids), lp, a, turn.version)
+                    TrainSequence(list(gen.prompt_ids), list(gen.token_ids), lp, a, turn.version)
                 )
     n_eps = sum(len(g.episodes) for g in groups)
     stats = {
@@ -203,7 +203,7 @@ class GRPOTrainer:
 
     # ---- one update
 
-    def _logprobs(self, policy: Any, seqs: Sequence[Sequence_], width: int) -> Tensor:
+    def _logprobs(self, policy: Any, seqs: Sequence[TrainSequence], width: int) -> Tensor:
         lps = policy.token_logprobs(
             [s.prompt_ids for s in seqs],
             [s.token_ids for s in seqs],
@@ -235,7 +235,7 @@ class GRPOTrainer:
         metrics["update_s"] = time.perf_counter() - t0
         return metrics
 
-    def _optimise(self, seqs: list[Sequence_], metrics: dict[str, float]) -> None:
+    def _optimise(self, seqs: list[TrainSequence], metrics: dict[str, float]) -> None:
         c = self.config
         dev = self.policy.device
         n_seqs = float(len(seqs))
