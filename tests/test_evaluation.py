@@ -383,12 +383,18 @@ def test_only_the_nonce_line_counts() -> None:
     assert killed.error_class is ErrorClass.TIMEOUT and not killed.masked
 
 
-def test_tiny_limits_never_give_a_reward() -> None:
+def test_tiny_limits_never_give_a_false_pass() -> None:
     from agentrl import Limits
 
-    with Evaluator(workers=1, limits=Limits(memory_bytes=4 << 20)) as e:
-        j = e.judge(SQUARE, "    return x * x\n")
-    assert not j.passed  # masked or a failure, never a pass
+    with Evaluator(workers=1, limits=Limits(memory_bytes=8 << 20)) as e:
+        wrong = e.judge(SQUARE, "    return x + x\n")  # right for 2 and 0 only
+        hog = e.judge(SQUARE, "    b = bytearray(8 << 20)\n    return x * x\n")
+        right = e.judge(SQUARE, "    return x * x\n")
+    # Whatever the limit does to the harness: masked or a failure, never a pass.
+    assert not wrong.passed and not hog.passed
+    assert hog.masked or hog.error_class in (ErrorClass.MEMORY_LIMIT, ErrorClass.RUNTIME_ERROR)
+    # A correct solution passes when the box fits, and is never scored as wrong otherwise.
+    assert right.passed or right.masked or right.error_class is ErrorClass.MEMORY_LIMIT
 
 
 # --- loaders -----------------------------------------------------------------------------------

@@ -59,6 +59,23 @@ def test_limits_out_of_range_rejected(field):
             Limits(**{field: bad})
 
 
+def test_limits_memory_floor_keeps_the_host_safe():
+    # Below the floor a cgroup OOM kill during the box's execve could hit the host process.
+    with pytest.raises(ValueError, match="memory_bytes must be at least 8 MiB"):
+        Limits(memory_bytes=(8 << 20) - 1)
+    assert Limits(memory_bytes=8 << 20).memory_bytes == 8 << 20
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_smallest_memory_limit_contains_a_hog_and_the_host_lives(warm):
+    with Sandbox(limits=Limits(memory_bytes=8 << 20), max_concurrency=1, warm=warm) as sb:
+        ok = sb.run_python("print(1)")
+        hog = sb.run_python("b = bytearray(64 << 20)\nprint(len(b))")
+    assert ok.ok and ok.stdout == b"1\n"
+    assert hog.status is Status.MEMORY_LIMIT and hog.stdout == b""
+    # the host process (this one) is still here to see the verdicts
+
+
 # --- argument validation --------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ __all__ = ["bootstrap_argv"]
 _SOURCE = r"""
 import os, sys
 
-def _agentrl_zygote(core_path, preimports):
+def _agentrl_zygote(core_path, preimports, preload):
     with open("/proc/self/comm", "w") as f:
         f.write("agentrl-warm")
     base = set(sys.modules)
@@ -30,6 +30,11 @@ def _agentrl_zygote(core_path, preimports):
     before = set(sys.modules)
     for name in preimports:
         __import__(name)
+    for name, text in preload:
+        mod = type(sys)(name)
+        mod.__file__ = "<agentrl-preload:" + name + ">"
+        sys.modules[name] = mod
+        exec(compile(text, mod.__file__, "exec"), mod.__dict__)
     allowed = base | (set(sys.modules) - before)
     import atexit, gc
     core._zygote_init()
@@ -122,16 +127,41 @@ def _agentrl_run(env, new_env, atexit):
             pass
     os._exit(code)
 
-_agentrl_zygote(CORE_PATH, PREIMPORTS)
+_agentrl_zygote(CORE_PATH, PREIMPORTS, PRELOAD)
 """
 
+_MAX_SOURCE = 120_000
+"""Longest bootstrap source: it is one argument of ``execve`` (the kernel takes 128 KiB)."""
 
-def bootstrap_argv(python: str, core_path: str, preimports: tuple[str, ...]) -> list[str]:
-    """The command that starts a warm interpreter."""
+
+def bootstrap_argv(
+    python: str,
+    core_path: str,
+    preimports: tuple[str, ...],
+    preload: tuple[tuple[str, str], ...] = (),
+) -> list[str]:
+    """The command that starts a warm interpreter: it imports ``preimports`` and executes
+    each ``(module name, source)`` of ``preload`` as a module in ``sys.modules``."""
     for name in preimports:
         if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
             raise ValueError(f"preimports: {name!r} is not a module name")
-    source = _SOURCE.replace("CORE_PATH", json.dumps(core_path)).replace(
-        "PREIMPORTS", json.dumps(list(preimports))
+    for entry in preload:
+        if not (isinstance(entry, tuple) and len(entry) == 2):
+            raise TypeError("preload must map module names to source text")
+        name, text = entry
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"preload: {name!r} is not a module name")
+        if not isinstance(text, str):
+            raise TypeError(f"preload: the source of {name!r} must be a str")
+        try:
+            compile(text, f"<agentrl-preload:{name}>", "exec")
+        except SyntaxError as e:
+            raise ValueError(f"preload: {name!r} does not compile: {e}") from None
+    source = (
+        _SOURCE.replace("CORE_PATH", json.dumps(core_path))
+        .replace("PREIMPORTS", json.dumps(list(preimports)))
+        .replace("PRELOAD", json.dumps([list(e) for e in preload]))
     )
+    if len(source.encode()) > _MAX_SOURCE:
+        raise ValueError(f"preload: the warm interpreter's sources exceed {_MAX_SOURCE} bytes")
     return [python, "-I", "-c", source]

@@ -11,6 +11,12 @@ __all__ = ["Limits", "parse_duration", "parse_size"]
 _MAX_SECONDS = 86_400.0
 
 
+MIN_MEMORY_BYTES = 8 << 20
+"""Smallest memory limit: the kernel's start of a program (``execve``) must fit in it (until
+it completes, a box process shares the spawning process's memory, and a cgroup OOM kill then
+would take the host process with it)."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """Limits applied to one run. Every field must be positive."""
@@ -22,7 +28,8 @@ class Limits:
     """CPU time limit in seconds, all threads and processes of the run counted together."""
 
     memory_bytes: int = 512 << 20
-    """Memory limit (cgroup), including what the run writes to its tmpfs."""
+    """Memory limit (cgroup), including what the run writes to its tmpfs; at least 8 MiB
+    (what the kernel needs to start a program in the box)."""
 
     max_pids: int = 64
     """Most processes and threads alive at once."""
@@ -57,6 +64,11 @@ class Limits:
                     raise TypeError(f"Limits.{f.name} must be an int, got {type(v).__name__}")
                 if v <= 0:
                     raise ValueError(f"Limits.{f.name} must be positive, got {v}")
+                if f.name == "memory_bytes" and v < MIN_MEMORY_BYTES:
+                    raise ValueError(
+                        f"Limits.memory_bytes must be at least {MIN_MEMORY_BYTES >> 20} MiB, "
+                        f"got {v} bytes"
+                    )
                 if v >= 1 << 63:
                     raise ValueError(f"Limits.{f.name} is too large: {v}")
 

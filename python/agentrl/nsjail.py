@@ -1152,8 +1152,8 @@ class NsjailSandbox(Sandbox):
     ``Sandbox(..., backend="nsjail")`` makes one.
 
     Arguments are those of :class:`agentrl.Sandbox`; ``warm`` and ``preimports`` are accepted
-    and ignored (nsjail has no warm interpreter: every ``run_python`` starts ``python -I``).
-    ``nsjail`` overrides the binary (default: :func:`find_nsjail`).
+    and ignored (nsjail has no warm interpreter: every ``run_python`` starts ``python -I``);
+    ``preload`` needs a warm interpreter and is refused. ``nsjail`` overrides the binary (default: :func:`find_nsjail`).
     """
 
     def __init__(
@@ -1168,6 +1168,7 @@ class NsjailSandbox(Sandbox):
         cgroup_parent: str | None = None,
         warm: bool = True,
         preimports: Iterable[str] = (),
+        preload: Mapping[str, str] | None = None,
         python: str | None = None,
         nsjail: str | None = None,
         backend: str = "nsjail",
@@ -1178,6 +1179,8 @@ class NsjailSandbox(Sandbox):
         if isinstance(preimports, str):
             raise TypeError("preimports must be a sequence of module names, not a single string")
         tuple(preimports)
+        if preload:
+            raise ValueError("preload needs the native backend's warm interpreters")
         if cgroup_parent is not None and not isinstance(cgroup_parent, str):
             raise TypeError("cgroup_parent must be a str")
         self._limits = limits

@@ -237,6 +237,11 @@ class Sandbox:
     ``degraded=True`` accepts rlimit-only enforcement where cgroups are unavailable (memory
     becomes an address-space limit, CPU time is per process); without it, a missing cgroup
     controller is a :class:`SandboxError`.
+
+    ``warm=True`` keeps a warm interpreter per slot for :meth:`run_python`; ``preimports``
+    are modules it imports once, and ``preload`` maps module names to *trusted* source text
+    that it executes once as modules in ``sys.modules`` (each run sees them already loaded,
+    as a fork: what a run changes in them dies with the run).
     """
 
     def __new__(cls, *args: object, backend: str = "native", **kwargs: object) -> Sandbox:
@@ -260,6 +265,7 @@ class Sandbox:
         cgroup_parent: str | None = None,
         warm: bool = True,
         preimports: Iterable[str] = (),
+        preload: Mapping[str, str] | None = None,
         python: str | None = None,
         backend: str = "native",
     ) -> None:
@@ -285,9 +291,12 @@ class Sandbox:
         if isinstance(preimports, str):
             raise TypeError("preimports must be a sequence of module names, not a single string")
         self._preimports = tuple(preimports)
+        if preload is not None and not isinstance(preload, Mapping):
+            raise TypeError("preload must be a mapping of module name to source text")
+        self._preload = tuple((preload or {}).items())
         warm_cfg = None
         if warm:
-            argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports)
+            argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports, self._preload)
             warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
         self._warm = bool(warm)
         self._inner = _core.Sandbox(

