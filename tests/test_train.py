@@ -356,3 +356,15 @@ def test_progress_view_live_and_plain() -> None:
     assert s.getvalue().count("\n") == 1 and "\x1b" not in s.getvalue()
     ProgressView(s, enabled=False).update("x", 1, 1, {})
     assert s.getvalue().count("\n") == 1
+
+
+@pytest.mark.gpu
+def test_one_update_on_cuda_in_bf16() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    pol = Policy.builtin(TINY, device="cuda", dtype="bf16", seed=0)
+    trainer = GRPOTrainer(pol, GRPOConfig(lr=1e-3))
+    before = {k: v.clone() for k, v in pol.state_dict().items()}
+    m = trainer.update(_groups(pol, [[1.0, 0.0, 0.0, 1.0], [0.2, 0.9, 0.1, 0.0]]))
+    assert m["sequences"] > 0 and m["grad_norm"] > 0 and pol.version == 1
+    assert any(not torch.equal(before[k], v) for k, v in pol.state_dict().items())
