@@ -258,7 +258,7 @@ def test_tests_are_invisible_to_the_candidate(ev: Evaluator, task: FunctionTask)
             """
             import gc, sys
             hits = [k for k, m in list(sys.modules.items())
-                    if "def check" in repr(getattr(m, "__dict__", ""))]
+                    if "def check(candidate)" in repr(getattr(m, "__dict__", ""))]
             hits += [type(o).__name__ for o in gc.get_objects()
                      if isinstance(o, str) and "def check(candidate)" in o]
             print("FOUND" if hits else "NOT FOUND", hits[:3])
