@@ -23,7 +23,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "eval",
         help="functional correctness of code samples (human-eval compatible)",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=__doc__.split("\n\n")[1].replace("``", "") if __doc__ else None,
     )
     p.add_argument("samples", help="JSONL of {task_id, completion} samples")
     p.add_argument(
