@@ -347,13 +347,7 @@ class _Child:
         if pid == 0:
             self.kill()
             self.die(RUNTIME_ERROR, "CandidateExit", "the candidate closed its channel")
-        self.exited = True
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            name = _SIGNAL_NAMES.get(sig, str(sig))
-            self.die(RUNTIME_ERROR, name, f"the candidate was killed by {name}")
-        code = os.waitstatus_to_exitcode(status)
-        self.die(RUNTIME_ERROR, "CandidateExit", f"the candidate exited (status {code})")
+        self.reaped(status)
 
     def check_alive(self):
         try:
@@ -361,13 +355,17 @@ class _Child:
         except OSError:
             return
         if pid:
-            self.exited = True
-            if os.WIFSIGNALED(status):
-                sig = os.WTERMSIG(status)
-                name = _SIGNAL_NAMES.get(sig, str(sig))
-                self.die(RUNTIME_ERROR, name, f"the candidate was killed by {name}")
-            code = os.waitstatus_to_exitcode(status)
-            self.die(RUNTIME_ERROR, "CandidateExit", f"the candidate exited (status {code})")
+            self.reaped(status)
+
+    def reaped(self, status):
+        """The child has ended with wait ``status``: a fatal failure naming how."""
+        self.exited = True
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            name = _SIGNAL_NAMES.get(sig, str(sig))
+            self.die(RUNTIME_ERROR, name, f"the candidate was killed by {name}")
+        code = os.waitstatus_to_exitcode(status)
+        self.die(RUNTIME_ERROR, "CandidateExit", f"the candidate exited (status {code})")
 
     def drain_output(self, data):
         self.out_total += len(data)
