@@ -22,7 +22,7 @@ import concurrent.futures
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -70,12 +70,9 @@ class GRPOConfig:
 
     @classmethod
     def from_train_config(cls, c: Any) -> GRPOConfig:
-        """The trainer's part of a :class:`~agentrl.train.config.TrainConfig`."""
-        names = [
-            "lr", "weight_decay", "grad_clip", "micro_batch_size", "ppo_epochs", "temperature",
-            "max_new_tokens", "loss_agg", "scale_std", "eps_low", "eps_high", "is_cap", "kl_coef",
-        ]  # fmt: skip
-        return cls(**{n: getattr(c, n) for n in names})
+        """The trainer's part of a :class:`~agentrl.train.config.TrainConfig`: every field
+        of this class that ``c`` also has (the others keep their defaults)."""
+        return cls(**{f.name: getattr(c, f.name) for f in fields(cls) if hasattr(c, f.name)})
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
