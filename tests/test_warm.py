@@ -174,6 +174,27 @@ def test_cold_and_warm_agree() -> None:
     assert a.ok and b.ok and a.stdout == b.stdout, (why(a), why(b))
 
 
+def test_cold_runs_after_warm_ones_get_the_same_limits() -> None:
+    """The warm interpreter lives in the slot's cgroup: a cold run after a warm one in the same
+    slot must not be charged for it (a tight memory limit used to fail, or to end the run early)."""
+    limits = Limits(memory_bytes=12 << 20)
+    cmd = ["/bin/sh", "-c", "echo hi"]
+    with Sandbox(limits, max_concurrency=1) as fresh:
+        before = fresh.run(cmd)
+    with Sandbox(limits, max_concurrency=1) as sb:
+        assert sb.run_python("print(1)").ok
+        after = sb.run(cmd)
+        assert after.ok and after.stdout == b"hi\n", why(after)
+        assert before.ok, why(before)
+        assert before.peak_memory_bytes is not None and after.peak_memory_bytes is not None
+        assert after.peak_memory_bytes < before.peak_memory_bytes + (2 << 20), (
+            f"peak {after.peak_memory_bytes} after a warm run vs {before.peak_memory_bytes} fresh"
+        )
+        hog = sb.run(["python3", "-c", "x = bytearray(10 << 20); print(len(x))"])
+        assert hog.status is Status.MEMORY_LIMIT, why(hog)
+        assert sb.run_python("print(2)").stdout == b"2\n", "the warm path still works"
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="preimports"):
         Sandbox(preimports=("os; import evil",))

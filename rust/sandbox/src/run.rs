@@ -104,16 +104,18 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         .map(|(_, id)| *id)
         .unwrap_or(slot.host_id);
     let io = RunIo::new(run, host_id)?;
-    let baseline = if run.warm {
-        slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0)
-    } else {
-        0
-    };
+    if !run.warm && slot.zygote.as_ref().is_some_and(|z| !zygote::is_alive(z)) {
+        zygote::discard(slot);
+    }
+    // A live warm interpreter holds memory and a pid in the slot's cgroup whichever kind of
+    // run comes next: that is the slot's baseline, added to the run's limits and taken off
+    // its peak, so that a cold run after a warm one gets the same limits as in a fresh slot.
+    let baseline = slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0);
 
     if let Some(cg) = &mut slot.cgroup {
         // Extra pids: on cgroup v1 the slot thread is a member; the warm interpreter is one.
         let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1))
-            + u64::from(run.warm && slot.zygote.is_some());
+            + u64::from(slot.zygote.is_some());
         cg.set_limits(Some(l.memory_bytes + baseline), Some(l.max_pids + extra))
             .map_err(|e| format!("cgroup limits: {e}"))?;
         cg.prepare_run().map_err(|e| format!("cgroup reset: {e}"))?;
