@@ -238,6 +238,7 @@ def run_py(request: pytest.FixtureRequest, sb: Sandbox) -> Callable[..., ExecRes
         files = {**(kw.pop("files", None) or {}), "__main__.py": source}  # type: ignore[dict-item]
         return sb.run([sb.python, "-I", "__main__.py"], files=files, **kw)  # type: ignore[arg-type]
 
+    go.path = request.param  # type: ignore[attr-defined]
     return go
 
 

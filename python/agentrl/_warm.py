@@ -3,7 +3,8 @@
 It runs inside a box, started once per slot as ``python -I -c BOOTSTRAP``, as root of its
 own user namespace (an unprivileged host uid). It loads agentrl's extension module from
 where the sandbox bound it, imports the configured modules, and then serves requests on
-fd 3: for each one it forks a child into a new pid namespace; the child isolates itself
+fd 3: for each one it starts a new pid namespace with a tiny init as pid 1 and forks a child
+into it as pid 2; the child isolates itself
 through ``_zygote_child`` (new mount namespace, fresh tmpfs, its own ``/proc``, the box
 user, no capabilities, ``no_new_privs``, seccomp, every fd but 0/1/2 closed) and runs
 ``/work/__main__.py`` as a new interpreter would, while the interpreter reports the pidfd
@@ -59,15 +60,24 @@ def _agentrl_zygote(core_path, preimports, preload):
         # Objects of the interpreter stay out of every collection in its runs: a collection
         # would touch (and so copy) every page of the heap.
         gc.freeze()
+        # The run's pid namespace gets a tiny init as pid 1 (a vfork and exec: no copy of
+        # this interpreter), then the run itself as pid 2: the one fork per run.
+        init = None
         try:
             core._zygote_unshare_pid()
+            init = core._zygote_spawn_init()
             pid = os.fork()
-        except OSError as e:
+        except Exception as e:
+            if init is not None:
+                os.kill(init[0], 9)
+                os.waitpid(init[0], 0)
+                os.close(init[1])
             for fd in fds:
                 os.close(fd)
             core._zygote_send(ctl, b"E" + str(e).encode(), [])
             continue
         if pid == 0:
+            os.close(init[1])
             env = core._zygote_child(fds)
             if len(sys.modules) != clean:
                 for name in list(sys.modules):
@@ -78,12 +88,14 @@ def _agentrl_zygote(core_path, preimports, preload):
         for fd in fds:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        core._zygote_send(ctl, b"P", [pidfd])
+        core._zygote_send(ctl, b"P", [pidfd, init[1]])
         os.close(pidfd)
-        # Waits for the supervisor's request before reaping (allocating nothing: a run that
-        # filled the slot's memory leaves it full until the supervisor has freed the run's
-        # files), then reaps and reports, in Rust (os.wait4 would import `resource`).
-        core._zygote_report(ctl, pid)
+        os.close(init[1])
+        # Waits for the supervisor's request, reaps the run and its init and reports, then
+        # waits for the release (allocating nothing until then: a run that filled the
+        # slot's memory leaves it full until the supervisor has freed the run's files). In
+        # Rust: os.wait4 would import `resource`.
+        core._zygote_report(ctl, pid, init[0])
 
 def _agentrl_run(env, new_env, atexit):
     atexit._clear()

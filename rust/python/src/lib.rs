@@ -260,12 +260,26 @@ fn _zygote_recv(py: Python<'_>, fd: i32) -> PyResult<Option<Vec<i32>>> {
         .map_err(|e| SandboxError::new_err(e.to_string()))
 }
 
-/// Waits for the supervisor's request, reaps the run `pid` and sends its exit report.
+/// Waits for the supervisor's request, reaps the run `pid` and its init `init`, sends the
+/// run's exit report and waits for the supervisor's release.
 #[pyfunction]
-fn _zygote_report(py: Python<'_>, fd: i32, pid: i32) -> PyResult<()> {
+fn _zygote_report(py: Python<'_>, fd: i32, pid: i32, init: i32) -> PyResult<()> {
     let sock = borrow(fd)?;
-    py.detach(|| sb::zygote::report_exit(sock, pid))
+    if pid <= 0 || init <= 0 {
+        return Err(PyValueError::new_err("invalid pid"));
+    }
+    py.detach(|| sb::zygote::report_exit(sock, pid, init))
         .map_err(|e| SandboxError::new_err(e.to_string()))
+}
+
+/// Starts the next run's init (pid 1 of the pid namespace `_zygote_unshare_pid` made);
+/// returns its pid and pidfd.
+#[pyfunction]
+fn _zygote_spawn_init() -> PyResult<(i32, i32)> {
+    use std::os::fd::IntoRawFd;
+    let (pid, fd) = sb::zygote::spawn_init()
+        .map_err(|e| SandboxError::new_err(format!("starting the run's init: {e}")))?;
+    Ok((pid, fd.into_raw_fd()))
 }
 
 /// Wipes the request (in the interpreter, after the fork).
@@ -324,6 +338,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_zygote_recv, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_forget, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_report, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_spawn_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_unshare_pid, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_child, m)?)?;

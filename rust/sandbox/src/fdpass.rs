@@ -52,6 +52,26 @@ pub fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> 
     }
 }
 
+/// Receives a one-byte message without allocating (the warm interpreter waits this way
+/// while its run's files may still fill the slot's memory): `Ok(None)` at end of file.
+pub fn recv_byte(sock: BorrowedFd<'_>) -> io::Result<Option<u8>> {
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: reading at most one byte into a valid buffer.
+        let r = unsafe { libc::recv(sock.as_raw_fd(), b.as_mut_ptr().cast(), 1, 0) };
+        if r > 0 {
+            return Ok(Some(b[0]));
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Receives one message: `Ok(None)` at end of file, `Err(TimedOut)` after `timeout`.
 pub fn recv(
     sock: BorrowedFd<'_>,

@@ -12,6 +12,13 @@
 //!
 //! The machine code was assembled from the listing beside each array (GNU as), and is wrapped
 //! in a minimal ELF64 executable (one `PT_LOAD` segment, no sections) by [`elf`].
+//!
+//! A warm run has a second, even smaller init, [`idle_elf`] at [`IDLE_PATH`]: there the
+//! program (pid 2) is a fork of the warm interpreter, so it is the interpreter that reaps it
+//! and reports its wait status. That init only waits, with `SIGCHLD` ignored (set before its
+//! `execve`, which keeps ignored signals ignored) so that the kernel reaps every orphan
+//! handed to it; it ends when the interpreter kills it after the program, and the kernel
+//! takes the rest of the namespace with it.
 
 /// x86_64: see the listing.
 ///
@@ -89,8 +96,38 @@ const CODE: &[u8] = &[
 #[cfg(target_arch = "aarch64")]
 const MACHINE: u16 = 183;
 
+/// x86_64: the idle init.
+///
+/// ```text
+/// _start: mov eax, 34             ; pause
+///         syscall
+///         jmp _start
+/// ```
+#[cfg(target_arch = "x86_64")]
+const IDLE_CODE: &[u8] = &[0xb8, 0x22, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xeb, 0xf7];
+
+/// aarch64: the idle init (no `pause` there: `ppoll` with no fds, no timeout, same mask).
+///
+/// ```text
+/// _start: mov x8, #73             ; ppoll
+///         mov x0, #0
+///         mov x1, #0
+///         mov x2, #0
+///         mov x3, #0
+///         svc #0
+///         b _start
+/// ```
+#[cfg(target_arch = "aarch64")]
+const IDLE_CODE: &[u8] = &[
+    0x28, 0x09, 0x80, 0xd2, 0x00, 0x00, 0x80, 0xd2, 0x01, 0x00, 0x80, 0xd2, 0x02, 0x00, 0x80, 0xd2,
+    0x03, 0x00, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4, 0xfa, 0xff, 0xff, 0x17,
+];
+
 /// Where the init lives in the box.
 pub const PATH: &str = "/.agentrl/init";
+
+/// Where the idle init of warm runs lives in the box.
+pub const IDLE_PATH: &str = "/.agentrl/idle";
 
 const BASE: u64 = 0x40_0000;
 const EHDR: usize = 64;
@@ -98,7 +135,17 @@ const PHDR: usize = 56;
 
 /// The init as a static ELF64 executable.
 pub fn elf() -> Vec<u8> {
-    let total = (EHDR + PHDR + CODE.len()) as u64;
+    wrap(CODE)
+}
+
+/// The idle init of warm runs as a static ELF64 executable.
+pub fn idle_elf() -> Vec<u8> {
+    wrap(IDLE_CODE)
+}
+
+/// Wraps machine code in a minimal ELF64 executable whose entry point is its first byte.
+fn wrap(code: &[u8]) -> Vec<u8> {
+    let total = (EHDR + PHDR + code.len()) as u64;
     let mut v = Vec::with_capacity(total as usize);
     // ELF header.
     v.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
@@ -123,7 +170,7 @@ pub fn elf() -> Vec<u8> {
     v.extend_from_slice(&total.to_le_bytes()); // p_filesz
     v.extend_from_slice(&total.to_le_bytes()); // p_memsz
     v.extend_from_slice(&0x1000u64.to_le_bytes()); // p_align
-    v.extend_from_slice(CODE);
+    v.extend_from_slice(code);
     debug_assert_eq!(v.len() as u64, total);
     v
 }
@@ -147,6 +194,27 @@ mod tests {
             out.status.success(),
             "init with no children exits 0: {out:?}"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The idle init waits until it is killed.
+    #[test]
+    fn idle_waits_until_killed() {
+        let dir = std::env::temp_dir().join(format!("agentrl-idle-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("idle");
+        std::fs::write(&path, idle_elf()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut child = std::process::Command::new(&path).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the idle init keeps waiting"
+        );
+        child.kill().unwrap();
+        let st = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(libc::SIGKILL));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

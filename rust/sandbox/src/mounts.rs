@@ -636,6 +636,13 @@ impl Template {
         make_parents(d, init_rel).map_err(err("creating /.agentrl".into()))?;
         write_file_at(d, init_rel, &crate::init::elf(), 0o755)
             .map_err(err("writing the init".into()))?;
+        write_file_at(
+            d,
+            rel(Path::new(crate::init::IDLE_PATH)),
+            &crate::init::idle_elf(),
+            0o755,
+        )
+        .map_err(err("writing the idle init".into()))?;
         // The warm interpreter's copy of the extension module (copied, not bound: a bind would
         // show its host path in the box's mountinfo).
         if let Some(module) = &layout.core_module {

@@ -76,7 +76,10 @@ pub(crate) enum Reaper {
 
 /// A box that has reached `execve` (or the start of the user's code, on the warm path).
 pub(crate) struct Live {
+    /// The process whose exit ends the run (the box's init, or a warm run's program).
     pub pidfd: OwnedFd,
+    /// The box's pid 1 when that is another process (a warm run's idle init).
+    pub kill: Option<OwnedFd>,
     pub reaper: Reaper,
     pub listener: OwnedFd,
 }
@@ -203,6 +206,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     let w = supervise::watch(
         supervise::Params {
             pidfd: live.pidfd.as_fd(),
+            kill: live.kill.as_ref().unwrap_or(&live.pidfd).as_fd(),
             listener: Some(live.listener.as_fd()),
             deadline: started + Duration::from_secs_f64(l.wall_time_s),
             cpu_limit_ns: (l.cpu_time_s * 1e9) as u64,
@@ -213,8 +217,15 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         &mut err,
     );
     let wall = started.elapsed().as_secs_f64();
+    // A warm run's interpreter reaps the program and then its init: once it has reported,
+    // nothing of the run is left to touch its files. It waits (allocating nothing) until
+    // the files are freed below.
+    let warm_exit = match live.reaper {
+        Reaper::Zygote => Some(zygote::wait_exit(slot)),
+        Reaper::Wait4(_) => None,
+    };
     // Collect the files and free the run's file system before anything else: its pages stay
-    // charged to the slot's memory until then (see `zygote::wait_exit`).
+    // charged to the slot's memory until then.
     let mut files = Vec::new();
     let mut truncated_files = Vec::new();
     for (name, parts) in &run.collect {
@@ -233,41 +244,47 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     }
     let exit_record = read_exit_record(status_r.as_fd());
     drop(runfs);
-    let mut exit = match live.reaper {
-        Reaper::Wait4(pid) => supervise::reap(pid),
-        Reaper::Zygote => match zygote::wait_exit(slot) {
-            Ok(e) => e,
-            Err(e) => {
-                // The interpreter died (a run that filled the slot's memory can take it down
-                // with it). It is replaced for the next run; this run's verdict stands if the
-                // box's init reported, or the supervisor or the memory limit ended it.
-                zygote::discard(slot);
-                // Its death SIGKILLs the run too: only a report of some other ending, or an
-                // ending the supervisor or the memory limit caused, is the run's own verdict.
-                let killed_by_death = exit_record
-                    .is_none_or(|st| libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL);
-                if killed_by_death && w.killed.is_none() && !slot_oom(slot) {
-                    return Err(e);
+    let exit = match (live.reaper, warm_exit) {
+        (Reaper::Wait4(pid), _) => {
+            let mut exit = supervise::reap(pid);
+            // The box's init reports how the program (pid 2) ended; without that report (the
+            // init was killed with the whole box) only what the supervisor itself did can
+            // explain it.
+            match exit_record {
+                Some(st) => exit.wait_status = st,
+                None if w.killed.is_none() && !slot_oom(slot) => {
+                    return Err(format!(
+                        "the box ended without its init's report (init wait status {:#x})",
+                        exit.wait_status
+                    ));
                 }
-                supervise::Exit {
-                    wait_status: libc::SIGKILL,
-                    rusage: zeroed_rusage(),
-                }
+                None => {}
             }
-        },
-    };
-    // The box's init reports how the program (pid 2) ended; without that report (the init
-    // was killed with the whole box) only what the supervisor itself did can explain it.
-    match exit_record {
-        Some(st) => exit.wait_status = st,
-        None if w.killed.is_none() && !slot_oom(slot) => {
-            return Err(format!(
-                "the box ended without its init's report (init wait status {:#x})",
-                exit.wait_status
-            ));
+            exit
         }
-        None => {}
-    }
+        (Reaper::Zygote, Some(Ok(exit))) => {
+            if zygote::release(slot).is_err() {
+                zygote::discard(slot);
+            }
+            exit
+        }
+        (Reaper::Zygote, other) => {
+            // The interpreter died (a run that filled the slot's memory can take it down
+            // with it), killing the run with it. It is replaced for the next run; this run's
+            // verdict stands only if the supervisor or the memory limit ended it.
+            zygote::discard(slot);
+            if w.killed.is_none() && !slot_oom(slot) {
+                return Err(match other {
+                    Some(Err(e)) => e,
+                    _ => "the warm interpreter did not report the run's exit".into(),
+                });
+            }
+            supervise::Exit {
+                wait_status: libc::SIGKILL,
+                rusage: zeroed_rusage(),
+            }
+        }
+    };
     drop(sock_parent);
     if w.killed == Some(Kill::Cancelled) {
         return Err("the run was cancelled".into());
@@ -581,6 +598,7 @@ fn launch_cold(
             })?;
             Ok(Launch::Live(Live {
                 pidfd,
+                kill: None,
                 reaper: Reaper::Wait4(pid),
                 listener,
             }))

@@ -803,12 +803,13 @@ struct CapData {
     inheritable: u32,
 }
 
+/// The kernel's `struct sigaction` (x86_64 and aarch64 share its layout).
 #[repr(C)]
-struct KernelSigaction {
-    handler: libc::sighandler_t,
-    flags: u64,
-    restorer: usize,
-    mask: u64,
+pub(crate) struct KernelSigaction {
+    pub handler: libc::sighandler_t,
+    pub flags: u64,
+    pub restorer: usize,
+    pub mask: u64,
 }
 
 /// A stack for the clone child: an anonymous mapping with a guard page at its low end.

@@ -84,7 +84,11 @@ const MAX_DENIALS: usize = 64;
 
 /// Parameters of the watch loop.
 pub struct Params<'a> {
+    /// The box's process whose exit ends the run.
     pub pidfd: BorrowedFd<'a>,
+    /// The process whose death kills the whole box: its pid 1 (the same as `pidfd` for a
+    /// cold run; the idle init of a warm one, which is killed once the program has exited).
+    pub kill: BorrowedFd<'a>,
     pub listener: Option<BorrowedFd<'a>>,
     pub deadline: Instant,
     pub cpu_limit_ns: u64,
@@ -94,8 +98,8 @@ pub struct Params<'a> {
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
-/// Runs until the box's init process exits (its pidfd becomes readable), then drains the
-/// pipes. Reaping is the caller's: the box may be our child or the warm interpreter's.
+/// Runs until the box's program ends (`pidfd` becomes readable), then kills the box (`kill`)
+/// and drains the pipes. Reaping is the caller's: the box may be our child or the warm interpreter's.
 pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
     let mut buf = vec![0u8; 64 << 10];
     let mut killed = None;
@@ -121,19 +125,19 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
             && p.cancel
                 .is_some_and(|c| c.load(std::sync::atomic::Ordering::SeqCst))
         {
-            kill(p.pidfd);
+            kill(p.kill);
             killed = Some(Kill::Cancelled);
         }
         if killed.is_none() {
             if out.flooded() || err.flooded() {
-                kill(p.pidfd);
+                kill(p.kill);
                 killed = Some(Kill::Output);
             } else if now >= p.deadline {
-                kill(p.pidfd);
+                kill(p.kill);
                 killed = Some(Kill::WallTime);
             } else if let Some(ns) = (p.cpu_time)() {
                 if ns >= p.cpu_limit_ns {
-                    kill(p.pidfd);
+                    kill(p.kill);
                     killed = Some(Kill::CpuTime);
                 }
             }
@@ -176,9 +180,11 @@ pub fn watch(p: Params<'_>, out: &mut Capture, err: &mut Capture) -> Watch {
         }
         if fds[0].revents != 0 {
             exited = true;
+            // Whatever the program left behind dies with the box's pid 1.
+            kill(p.kill);
         }
     }
-    // The init process has exited, so the kernel has killed every other process of the pid
+    // The box's pid 1 is gone or going, so the kernel kills every other process of the pid
     // namespace: the pipes reach end of file once their buffers are drained.
     let drain_until = Instant::now() + Duration::from_secs(2);
     while (out.fd.is_some() || err.fd.is_some()) && Instant::now() < drain_until {

@@ -9,21 +9,30 @@
 //! namespaces for its children.
 //!
 //! A warm run is a `fork` of that interpreter, made by the interpreter on request over a
-//! control socket, into a **new pid namespace** (the run is pid 1 of it: it cannot see,
-//! signal or trace the interpreter or any other run) and a **new mount namespace**, where the
-//! child attaches a fresh per-run tmpfs over `/work`, `/tmp` and `/dev/shm` and mounts its
+//! control socket, into a **new pid namespace**. Its pid 1 is a tiny idle init (see
+//! [`crate::init`]) that the interpreter starts first with a `clone(CLONE_VM | CLONE_VFORK)`
+//! and `execve`, which copies none of its memory; the run is pid 2 (so its own signals behave
+//! as anywhere else), the one fork per run. It cannot see, signal or trace the interpreter or
+//! any other run; its parent is the interpreter, outside its namespace, so `getppid()` reads
+//! 0 there. The run enters a **new mount namespace**, where it
+//! attaches a fresh per-run tmpfs over `/work`, `/tmp` and `/dev/shm` and mounts its
 //! own `/proc` (with `/proc/sys` read-only). It then drops to the box user (uid 1000, a
 //! different host uid from the interpreter's), clears every capability, sets
 //! `no_new_privs`, installs the same seccomp filter as a cold run, hands the listener to the
 //! supervisor, closes every fd but 0/1/2 and only then runs the user's code. The modules the
 //! run imports and everything it changes die with it: the next run is a fresh fork.
 //!
+//! When the program ends, the supervisor kills the init (the kernel then kills whatever the
+//! program left in its namespace), and the interpreter reaps the program and the init and
+//! reports the program's wait status.
+//!
 //! The supervisor (the slot thread) kills a run through a pidfd the interpreter sends it, and
 //! the interpreter reports the exit status. If the interpreter dies, the run in flight gets
 //! `sandbox_error` and the next warm run starts a new interpreter.
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -32,8 +41,9 @@ use crate::mounts::{RunFs, BOX_ID};
 use crate::run::{self, BoxSpec, ChildFds, Launch, RunResult};
 use crate::sandbox::{Prepared, Shared, Slot};
 use crate::seccomp::{self, Filter, Policy};
-use crate::spawn::Step;
+use crate::spawn::{ChildStack, KernelSigaction, Step};
 use crate::supervise::{self, Exit};
+use crate::sys::{syscall3, syscall6};
 
 /// Where the extension module is bound inside the box (the bootstrap loads it from there).
 pub const CORE_MODULE_IN_BOX: &str = "/.agentrl/_core.so";
@@ -233,8 +243,11 @@ pub(crate) fn launch(
         .map_err(|e| format!("the warm interpreter is gone: {e}"))?;
     drop(status_w);
     drop(go_r);
-    let pidfd = match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
-        Ok(Some((m, mut f))) if m == b"P" && f.len() == 1 => f.pop().expect("one fd"),
+    let (pidfd, initfd) = match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
+        Ok(Some((m, mut f))) if m == b"P" && f.len() == 2 => {
+            let init = f.pop().expect("two fds");
+            (f.pop().expect("two fds"), init)
+        }
         Ok(Some((m, _))) if m.first() == Some(&b'E') => {
             return Err(format!(
                 "the warm interpreter could not fork: {}",
@@ -252,8 +265,8 @@ pub(crate) fn launch(
     // Let it run.
     // SAFETY: writing one byte from a valid buffer to our pipe.
     if unsafe { libc::write(go_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
-        run::kill(pidfd.as_fd());
-        let _ = wait_exit(slot);
+        run::kill(initfd.as_fd());
+        finish(slot);
         return Err(format!(
             "releasing the warm run: {}",
             std::io::Error::last_os_error()
@@ -263,11 +276,11 @@ pub(crate) fn launch(
     match run::read_status(status_r, Duration::from_secs(30)) {
         Ok(None) => {}
         Ok(Some((Step::Chdir, errno))) => {
-            let _ = wait_exit(slot);
+            finish(slot);
             return Ok(Launch::ExecFailed(Step::Chdir, errno));
         }
         Ok(Some((step, errno))) => {
-            let _ = wait_exit(slot);
+            finish(slot);
             return Err(format!(
                 "warm run set-up failed at {}: {}",
                 step.describe(),
@@ -275,32 +288,45 @@ pub(crate) fn launch(
             ));
         }
         Err(e) => {
-            run::kill(pidfd.as_fd());
-            let _ = wait_exit(slot);
+            run::kill(initfd.as_fd());
+            finish(slot);
             return Err(e);
         }
     }
     let listener = match run::receive_listener(sock_parent) {
         Ok(l) => l,
         Err(e) => {
-            run::kill(pidfd.as_fd());
-            let _ = wait_exit(slot);
+            run::kill(initfd.as_fd());
+            finish(slot);
             return Err(e);
         }
     };
     Ok(Launch::Live(run::Live {
         pidfd,
+        kill: Some(initfd),
         reaper: run::Reaper::Zygote,
         listener,
     }))
 }
 
-/// Receives the exit report of the run in flight from the warm interpreter.
-///
-/// The interpreter waits for this request before it allocates anything: a run that filled
-/// the slot's memory (with tmpfs pages, say) leaves it full until the supervisor has freed
-/// the run's file system, and an allocation before that would get the interpreter itself
-/// OOM-killed.
+/// A run that ended during its set-up: collects its exit and releases the interpreter.
+fn finish(slot: &mut Slot) {
+    if wait_exit(slot).is_err() || release(slot).is_err() {
+        discard(slot);
+    }
+}
+
+/// Lets the interpreter go on once the run's file system is freed (see [`report_exit`]).
+pub(crate) fn release(slot: &Slot) -> RunResult<()> {
+    let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+    fdpass::send(z.ctl.as_fd(), b"!", &[]).map_err(|e| format!("the warm interpreter is gone: {e}"))
+}
+
+/// Receives the exit report of the run in flight from the warm interpreter: once it comes,
+/// every process of the run is gone. The interpreter then waits for [`release`], allocating
+/// nothing: a run that filled the slot's memory (with tmpfs pages, say) leaves it full until
+/// the supervisor has freed the run's file system, and an allocation before that would get
+/// the interpreter itself OOM-killed.
 pub(crate) fn wait_exit(slot: &Slot) -> RunResult<Exit> {
     let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
     fdpass::send(z.ctl.as_fd(), b"?", &[])
@@ -462,27 +488,128 @@ fn clear_capabilities() -> Result<(), i32> {
     Ok(())
 }
 
-/// pid 1 of a warm run, once the program is forked: drop everything and exec the box's init
-/// with the status pipe as its fd 3. Never returns.
-fn become_init(status: RawFd) -> ! {
-    let path = CString::new(crate::init::PATH).expect("no NUL");
-    // SAFETY: plain system calls on valid fds and NUL-terminated strings; the process ends in
-    // execve or _exit.
-    unsafe {
-        let _ = clear_capabilities();
-        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-        if status == 3 {
-            libc::fcntl(3, libc::F_SETFD, 0);
-        } else {
-            libc::dup2(status, 3);
-        }
-        libc::syscall(libc::SYS_close_range, 0u32, 2u32, 0u32);
-        libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32);
-        let argv = [path.as_ptr(), std::ptr::null()];
-        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-        libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
-        libc::_exit(126)
+/// What the idle init's clone child needs, built before the clone.
+struct InitPlan {
+    path: CString,
+    argv: [*const libc::c_char; 2],
+    envp: [*const libc::c_char; 1],
+    /// The errno of a failed step: the child shares our memory until `execve`.
+    failed: AtomicI32,
+}
+
+/// The idle init's stack (one warm run at a time per interpreter).
+static INIT_STACK: std::sync::Mutex<Option<ChildStack>> = std::sync::Mutex::new(None);
+
+/// In the interpreter, after [`unshare_pid`]: starts the run's init, pid 1 of the new pid
+/// namespace (the idle init of [`crate::init`]), and returns its pid and pidfd.
+///
+/// The init is a `clone(CLONE_VM | CLONE_VFORK)` child, as `posix_spawn` makes them: it
+/// copies none of the interpreter's memory and runs only raw system calls until `execve`:
+/// `SIGCHLD` ignored (the kernel then reaps the orphans it inherits), killed if the
+/// interpreter dies, no fds, no capabilities, `no_new_privs`. It stays root of the
+/// interpreter's user namespace, so the run (the box user) can neither signal nor trace it.
+pub fn spawn_init() -> std::io::Result<(libc::pid_t, OwnedFd)> {
+    let mut guard = INIT_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    if guard.is_none() {
+        *guard = Some(ChildStack::new(64 << 10)?);
     }
+    let stack = guard.as_ref().expect("just set");
+    let path = CString::new(crate::init::IDLE_PATH).expect("no NUL");
+    let mut plan = InitPlan {
+        argv: [path.as_ptr(), std::ptr::null()],
+        envp: [std::ptr::null()],
+        path,
+        failed: AtomicI32::new(0),
+    };
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: init_entry matches the callback type and only reads the plan, which lives until
+    // the child has exec'd or exited (CLONE_VFORK suspends us until then); the stack is ours
+    // and used by one child at a time (the interpreter is single-threaded); &mut pidfd
+    // receives the pidfd (CLONE_PIDFD).
+    let pid = unsafe {
+        libc::clone(
+            init_entry,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            &mut plan as *mut InitPlan as *mut libc::c_void,
+            &mut pidfd as *mut libc::c_int,
+        )
+    };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh pidfd from clone, owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let failed = plan.failed.load(Ordering::SeqCst);
+    if failed != 0 {
+        supervise::reap(pid);
+        return Err(std::io::Error::from_raw_os_error(failed));
+    }
+    Ok((pid, pidfd))
+}
+
+extern "C" fn init_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: spawn_init passes a pointer to an InitPlan that outlives the child's use.
+    let p = unsafe { &*(arg as *const InitPlan) };
+    let fail = |r: isize| {
+        if r < 0 {
+            p.failed.store((-r) as i32, Ordering::SeqCst);
+            // SAFETY: exit_group ends this process only (no CLONE_THREAD).
+            unsafe { syscall3(libc::SYS_exit_group, 126, 0, 0) };
+        }
+    };
+    let ignore = KernelSigaction {
+        handler: libc::SIG_IGN,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    let header = [0x2008_0522u32, 0];
+    let data = [0u32; 6];
+    // SAFETY: raw system calls (no errno, no allocation, no lock) on buffers of this frame
+    // and of the plan; our signal handlers and fd table are our own copies (no CLONE_SIGHAND,
+    // no CLONE_FILES), so none of this touches the interpreter.
+    unsafe {
+        fail(syscall6(
+            libc::SYS_rt_sigaction,
+            libc::SIGCHLD as usize,
+            &ignore as *const KernelSigaction as usize,
+            0,
+            8,
+            0,
+            0,
+        ));
+        fail(syscall3(
+            libc::SYS_prctl,
+            libc::PR_SET_PDEATHSIG as usize,
+            libc::SIGKILL as usize,
+            0,
+        ));
+        fail(syscall3(
+            libc::SYS_capset,
+            header.as_ptr() as usize,
+            data.as_ptr() as usize,
+            0,
+        ));
+        fail(syscall6(
+            libc::SYS_prctl,
+            libc::PR_SET_NO_NEW_PRIVS as usize,
+            1,
+            0,
+            0,
+            0,
+            0,
+        ));
+        syscall3(libc::SYS_close_range, 0, u32::MAX as usize, 0);
+        let r = syscall3(
+            libc::SYS_execve,
+            p.path.as_ptr() as usize,
+            p.argv.as_ptr() as usize,
+            p.envp.as_ptr() as usize,
+        );
+        fail(r.min(-1));
+    }
+    126
 }
 
 /// The interpreter's own pid namespace (opened once).
@@ -509,25 +636,35 @@ pub fn receive_request(ctl: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Opti
 }
 
 /// In the interpreter, once the run is forked: waits for the supervisor's request for the
-/// exit report (see [`wait_exit`]: nothing is allocated before it), reaps the run and sends
-/// its wait status and resource usage.
-pub fn report_exit(ctl: std::os::fd::BorrowedFd<'_>, pid: libc::pid_t) -> std::io::Result<()> {
-    if fdpass::recv(ctl, None)?.is_none() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "the supervisor is gone",
-        ));
-    }
+/// exit report (see [`wait_exit`]), reaps the run (`pid`), kills its init (`init`: the
+/// kernel then kills whatever else is left in the run's pid namespace) and reaps it once the
+/// namespace is empty, sends the run's wait status and resource usage, and waits for the
+/// supervisor's release (see [`release`]).
+///
+/// Nothing here allocates: until the release, the run's files may still fill the slot's
+/// memory, and an allocation would get the interpreter itself OOM-killed.
+pub fn report_exit(
+    ctl: std::os::fd::BorrowedFd<'_>,
+    pid: libc::pid_t,
+    init: libc::pid_t,
+) -> std::io::Result<()> {
+    let gone = || std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the supervisor is gone");
+    fdpass::recv_byte(ctl)?.ok_or_else(gone)?;
     let exit = supervise::reap(pid);
+    // SAFETY: SIGKILL to our own child, not yet reaped (so its pid is still its own).
+    unsafe { libc::kill(init, libc::SIGKILL) };
+    supervise::reap(init);
     let secs = |t: &libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    let mut m = Vec::with_capacity(29);
-    m.push(b'S');
-    m.extend_from_slice(&exit.wait_status.to_le_bytes());
-    m.extend_from_slice(&secs(&exit.rusage.ru_utime).to_le_bytes());
-    m.extend_from_slice(&secs(&exit.rusage.ru_stime).to_le_bytes());
+    let mut m = [0u8; 29];
+    m[0] = b'S';
+    m[1..5].copy_from_slice(&exit.wait_status.to_le_bytes());
+    m[5..13].copy_from_slice(&secs(&exit.rusage.ru_utime).to_le_bytes());
+    m[13..21].copy_from_slice(&secs(&exit.rusage.ru_stime).to_le_bytes());
     #[allow(clippy::unnecessary_cast)] // c_long: i64 on 64-bit targets only
-    m.extend_from_slice(&(exit.rusage.ru_maxrss as i64).to_le_bytes());
-    fdpass::send(ctl, &m, &[])
+    m[21..29].copy_from_slice(&(exit.rusage.ru_maxrss as i64).to_le_bytes());
+    fdpass::send(ctl, &m, &[])?;
+    fdpass::recv_byte(ctl)?.ok_or_else(gone)?;
+    Ok(())
 }
 
 /// Wipes the request (in the interpreter, once the run is forked).
@@ -699,15 +836,6 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
             fail(Step::Setsid, last());
         }
         libc::close(fd);
-        // This process is pid 1 of the run: the program is its child (pid 2), and it
-        // becomes the run's init (see `crate::init`), as in a cold run.
-        let pid = libc::fork();
-        if pid < 0 {
-            fail(Step::Spawn, last());
-        }
-        if pid > 0 {
-            become_init(fds[4]);
-        }
         interpreter_init();
         let cap_last = *CAP_LAST.get().expect("initialised above");
         for cap in 0..=cap_last {
