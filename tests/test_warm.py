@@ -195,6 +195,16 @@ def test_cold_runs_after_warm_ones_get_the_same_limits() -> None:
         assert sb.run_python("print(2)").stdout == b"2\n", "the warm path still works"
 
 
+def test_a_large_environment_reaches_the_run(warm_sb: Sandbox) -> None:
+    """The environment travels in the request to the warm interpreter (it used to be cut at
+    64 KiB, failing the run with a broken pipe)."""
+    big = "x" * 300_000
+    r = warm_sb.run_python("import os; print(len(os.environ['BIG']))", env={"BIG": big})
+    assert r.ok and r.stdout == b"300000\n", why(r)
+    again = warm_sb.run_python("import os; print('BIG' in os.environ)")
+    assert again.ok and again.stdout == b"False\n", why(again)
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="preimports"):
         Sandbox(preimports=("os; import evil",))

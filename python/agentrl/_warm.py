@@ -49,6 +49,14 @@ def _agentrl_zygote(core_path, preimports, preload):
             del sys.modules[name]
     clean = len(sys.modules)
     own_env = list(os.environ.items())
+    # threading's after-fork hook rebuilds its bookkeeping for the threads a fork left
+    # behind. This interpreter forks while single-threaded, where the child's copy is already
+    # right: the hook is skipped then (it would copy ~100 pages of this heap into every run)
+    # and restored in the child, for forks of the run's own.
+    threading = sys.modules.get("threading")
+    after_fork = getattr(threading, "_after_fork", None)
+    after_fork_code = getattr(after_fork, "__code__", None)
+    skip_code = (lambda: None).__code__
     ctl = 3
     core._zygote_send(ctl, b"R", [])
     while True:
@@ -63,6 +71,9 @@ def _agentrl_zygote(core_path, preimports, preload):
         # The run's pid namespace gets a tiny init as pid 1 (a vfork and exec: no copy of
         # this interpreter), then the run itself as pid 2: the one fork per run.
         init = None
+        if after_fork_code is not None:
+            single = threading.active_count() == 1
+            after_fork.__code__ = skip_code if single else after_fork_code
         try:
             core._zygote_unshare_pid()
             init = core._zygote_spawn_init()
@@ -77,6 +88,8 @@ def _agentrl_zygote(core_path, preimports, preload):
             core._zygote_send(ctl, b"E" + str(e).encode(), [])
             continue
         if pid == 0:
+            if after_fork_code is not None:
+                after_fork.__code__ = after_fork_code
             os.close(init[1])
             env = core._zygote_child(fds)
             if len(sys.modules) != clean:

@@ -98,10 +98,31 @@ pub fn recv(
             }
         }
     }
-    let mut data = vec![0u8; 1 << 16];
+    // The message's size first (it stays queued), so that the buffer is exactly as large as
+    // the message and never needs zeroing: in the warm interpreter every page written here
+    // would be copied again after each fork.
+    let len = loop {
+        // SAFETY: a zero-length peek; no buffer is written.
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_PEEK | libc::MSG_TRUNC,
+            )
+        };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let mut data: Vec<u8> = Vec::with_capacity(len.max(1));
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
+        iov_len: data.capacity(),
     };
     let mut cbuf = [0u64; 16];
     // SAFETY: msghdr is plain old data; all-zero is valid.
@@ -140,14 +161,37 @@ pub fn recv(
     if n == 0 && fds.is_empty() {
         return Ok(None);
     }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+    if msg.msg_flags & (libc::MSG_CTRUNC | libc::MSG_TRUNC) != 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "file descriptors were truncated",
+            "the message was truncated",
         ));
     }
-    data.truncate(n);
+    // SAFETY: recvmsg initialised the first n bytes (n <= capacity).
+    unsafe { data.set_len(n) };
     Ok(Some((data, fds)))
+}
+
+/// Raises the largest message `sock` can send to `bytes` (past the system's
+/// `wmem_max` where the caller may: `SO_SNDBUFFORCE` needs `CAP_NET_ADMIN`). Best effort:
+/// a larger message then fails with `EMSGSIZE`.
+pub fn set_send_buffer(sock: BorrowedFd<'_>, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    for opt in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+        // SAFETY: setsockopt with a valid int option value.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
 }
 
 /// A connected `SOCK_SEQPACKET` pair, close-on-exec.

@@ -45,6 +45,10 @@ use crate::spawn::{ChildStack, KernelSigaction, Step};
 use crate::supervise::{self, Exit};
 use crate::sys::{syscall3, syscall6};
 
+/// The largest request (its environment, mostly) the control socket is sized for: more than
+/// `execve` takes (its arguments and environment share a quarter of the stack limit).
+const MAX_REQUEST: usize = 8 << 20;
+
 /// Where the extension module is bound inside the box (the bootstrap loads it from there).
 pub const CORE_MODULE_IN_BOX: &str = "/.agentrl/_core.so";
 
@@ -119,6 +123,8 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
     let (status_r, status_w) = run::pipe().map_err(e("pipe"))?;
     let (_sock_parent, sock_child) = fdpass::seqpacket_pair().map_err(e("socketpair"))?;
     let (ctl, ctl_child) = fdpass::seqpacket_pair().map_err(e("socketpair"))?;
+    // A request carries the run's environment, which may be as large as `execve` takes.
+    fdpass::set_send_buffer(ctl.as_fd(), MAX_REQUEST);
     let argv: Vec<CString> = warm
         .argv
         .iter()
@@ -239,8 +245,16 @@ pub(crate) fn launch(
         fds.listener_sock.as_raw_fd(),
         go_r.as_raw_fd(),
     ];
-    fdpass::send(z.ctl.as_fd(), &payload, &send)
-        .map_err(|e| format!("the warm interpreter is gone: {e}"))?;
+    fdpass::send(z.ctl.as_fd(), &payload, &send).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EMSGSIZE) {
+            format!(
+                "the run's environment is too large for the warm interpreter ({} bytes)",
+                payload.len()
+            )
+        } else {
+            format!("the warm interpreter is gone: {e}")
+        }
+    })?;
     drop(status_w);
     drop(go_r);
     let (pidfd, initfd) = match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
@@ -737,7 +751,6 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
     if fds.len() != 7 {
         fail(Step::Sync, libc::EBADF);
     }
-    let c = |s: &str| CString::new(s).expect("static path");
     let ok = |r: libc::c_int, step: Step| {
         if r < 0 {
             fail(step, last());
@@ -747,7 +760,7 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
     // forked child; every failure ends the process.
     unsafe {
         ok(libc::unshare(libc::CLONE_NEWNS), Step::MountRun);
-        let (empty, run) = (c(""), c("/.run"));
+        let (empty, run) = (c"", c"/.run");
         let r = libc::syscall(
             libc::SYS_move_mount,
             fds[0],
@@ -758,11 +771,11 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
         );
         ok(r as libc::c_int, Step::MountRun);
         for (src, dst, step) in [
-            ("/.run/work", "/work", Step::BindWork),
-            ("/.run/tmp", "/tmp", Step::BindTmp),
-            ("/.run/shm", "/dev/shm", Step::BindShm),
+            (c"/.run/work", c"/work", Step::BindWork),
+            (c"/.run/tmp", c"/tmp", Step::BindTmp),
+            (c"/.run/shm", c"/dev/shm", Step::BindShm),
         ] {
-            let (s, d) = (c(src), c(dst));
+            let (s, d) = (src, dst);
             ok(
                 libc::mount(
                     s.as_ptr(),
@@ -774,8 +787,8 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
                 step,
             );
         }
-        let (proc_, sys) = (c("/proc"), c("/proc/sys"));
-        let fstype = c("proc");
+        let (proc_, sys) = (c"/proc", c"/proc/sys");
+        let fstype = c"proc";
         ok(
             libc::mount(
                 fstype.as_ptr(),
@@ -830,7 +843,7 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
         // cgroup with tmpfs pages (which count to no process) would otherwise leave the
         // interpreter as the largest process. Raising one's own score needs no privilege; the
         // run's init and program inherit it.
-        let adj = c("/proc/self/oom_score_adj");
+        let adj = c"/proc/self/oom_score_adj";
         let fd = libc::open(adj.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if fd < 0 || libc::write(fd, b"1000".as_ptr().cast(), 4) != 4 {
             fail(Step::Setsid, last());
