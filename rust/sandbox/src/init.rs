@@ -179,16 +179,23 @@ fn wrap(code: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
+
+    /// Writes `elf` as an executable into a fresh temp dir; returns the dir and the path.
+    fn install(name: &str, elf: &[u8]) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("agentrl-{name}-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, elf).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, path)
+    }
 
     /// The ELF runs; with no child to wait for, the init exits 0 at once. (The full path,
     /// the init reaping pid 2 and reporting its status, runs in the integration tests.)
     #[test]
     fn runs_and_exits_without_children() {
-        let dir = std::env::temp_dir().join(format!("agentrl-init-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("init");
-        std::fs::write(&path, elf()).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, path) = install("init", &elf());
         let out = std::process::Command::new(&path).output().unwrap();
         assert!(
             out.status.success(),
@@ -200,11 +207,7 @@ mod tests {
     /// The idle init waits until it is killed.
     #[test]
     fn idle_waits_until_killed() {
-        let dir = std::env::temp_dir().join(format!("agentrl-idle-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("idle");
-        std::fs::write(&path, idle_elf()).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, path) = install("idle", &idle_elf());
         let mut child = std::process::Command::new(&path).spawn().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(
