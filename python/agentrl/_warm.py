@@ -3,11 +3,11 @@
 It runs inside a box, started once per slot as ``python -I -c BOOTSTRAP``, as root of its
 own user namespace (an unprivileged host uid). It loads agentrl's extension module from
 where the sandbox bound it, imports the configured modules, and then serves requests on
-fd 3: for each one it starts a new pid namespace with a tiny init as pid 1 and forks a child
-into it as pid 2; the child isolates itself
-through ``_zygote_child`` (new mount namespace, fresh tmpfs, its own ``/proc``, the box
-user, no capabilities, ``no_new_privs``, seccomp, every fd but 0/1/2 closed) and runs
-``/work/__main__.py`` as a new interpreter would, while the interpreter reports the pidfd
+fd 3 in a loop written in Rust (``_zygote_serve``): for each one it starts a new pid namespace
+with a tiny init as pid 1 and forks a child into it as pid 2; the child isolates itself (new
+mount namespace, fresh tmpfs, its own ``/proc``, the box user, no capabilities,
+``no_new_privs``, seccomp, every fd but 0/1/2 closed), returns from the loop and runs
+``/work/__main__.py`` as a new interpreter would, while the interpreter reports the pidfds
 and, later, the exit status.
 """
 
@@ -52,63 +52,26 @@ def _agentrl_zygote(core_path, preimports, preload):
     # threading's after-fork hook rebuilds its bookkeeping for the threads a fork left
     # behind. This interpreter forks while single-threaded, where the child's copy is already
     # right: the hook is skipped then (it would copy ~100 pages of this heap into every run)
-    # and restored in the child, for forks of the run's own.
+    # and restored in the run, for forks of the run's own.
     threading = sys.modules.get("threading")
     after_fork = getattr(threading, "_after_fork", None)
     after_fork_code = getattr(after_fork, "__code__", None)
-    skip_code = (lambda: None).__code__
+    if after_fork_code is not None and threading.active_count() == 1:
+        after_fork.__code__ = (lambda: None).__code__
     ctl = 3
     core._zygote_send(ctl, b"R", [])
-    while True:
-        fds = core._zygote_recv(ctl)
-        if fds is None:
-            os._exit(0)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Objects of the interpreter stay out of every collection in its runs: a collection
-        # would touch (and so copy) every page of the heap.
-        gc.freeze()
-        # The run's pid namespace gets a tiny init as pid 1 (a vfork and exec: no copy of
-        # this interpreter), then the run itself as pid 2: the one fork per run.
-        init = None
-        if after_fork_code is not None:
-            single = threading.active_count() == 1
-            after_fork.__code__ = skip_code if single else after_fork_code
-        try:
-            core._zygote_unshare_pid()
-            init = core._zygote_spawn_init()
-            pid = os.fork()
-        except Exception as e:
-            if init is not None:
-                os.kill(init[0], 9)
-                os.waitpid(init[0], 0)
-                os.close(init[1])
-            for fd in fds:
-                os.close(fd)
-            core._zygote_send(ctl, b"E" + str(e).encode(), [])
-            continue
-        if pid == 0:
-            if after_fork_code is not None:
-                after_fork.__code__ = after_fork_code
-            os.close(init[1])
-            env = core._zygote_child(fds)
-            if len(sys.modules) != clean:
-                for name in list(sys.modules):
-                    if name not in allowed:
-                        del sys.modules[name]
-            _agentrl_run(env, env != own_env, atexit)
-        core._zygote_forget()
-        for fd in fds:
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
-        core._zygote_send(ctl, b"P", [pidfd, init[1]])
-        os.close(pidfd)
-        os.close(init[1])
-        # Waits for the supervisor's request, reaps the run and its init and reports, then
-        # waits for the release (allocating nothing until then: a run that filled the
-        # slot's memory leaves it full until the supervisor has freed the run's files). In
-        # Rust: os.wait4 would import `resource`.
-        core._zygote_report(ctl, pid, init[0])
+    # The request loop is in Rust (each line of Python here would copy pages into every
+    # run): it returns only in a run, set up, with the environment to install.
+    env = core._zygote_serve(ctl)
+    if env is None:
+        os._exit(0)
+    if after_fork_code is not None:
+        after_fork.__code__ = after_fork_code
+    if len(sys.modules) != clean:
+        for name in list(sys.modules):
+            if name not in allowed:
+                del sys.modules[name]
+    _agentrl_run(env, env != own_env, atexit)
 
 def _agentrl_run(env, new_env, atexit):
     atexit._clear()

@@ -251,41 +251,65 @@ fn _zygote_init() {
     sb::zygote::interpreter_init();
 }
 
-/// Receives one request and returns its fds (None at end of file); the payload stays in
-/// Rust memory, wiped by `_zygote_forget` once the run is forked.
-#[pyfunction]
-fn _zygote_recv(py: Python<'_>, fd: i32) -> PyResult<Option<Vec<i32>>> {
-    let sock = borrow(fd)?;
-    py.detach(|| sb::zygote::receive_request(sock))
-        .map_err(|e| SandboxError::new_err(e.to_string()))
+/// The warm interpreter, as the request loop sees it.
+struct Warm<'py> {
+    py: Python<'py>,
+    flush: Vec<Bound<'py, PyAny>>,
+    freeze: Bound<'py, PyAny>,
 }
 
-/// Waits for the supervisor's request, reaps the run `pid` and its init `init`, sends the
-/// run's exit report and waits for the supervisor's release.
-#[pyfunction]
-fn _zygote_report(py: Python<'_>, fd: i32, pid: i32, init: i32) -> PyResult<()> {
-    let sock = borrow(fd)?;
-    if pid <= 0 || init <= 0 {
-        return Err(PyValueError::new_err("invalid pid"));
+impl sb::zygote::Interpreter for Warm<'_> {
+    fn before_fork(&mut self) {
+        // Output buffered in the interpreter must not be written again by the run; its
+        // objects stay out of every collection in the runs (a collection would touch, and so
+        // copy, every page of the heap). Failures only cost that.
+        for f in self.flush.iter().chain(std::iter::once(&self.freeze)) {
+            if f.call0().is_err() {
+                let _ = PyErr::take(self.py);
+            }
+        }
     }
-    py.detach(|| sb::zygote::report_exit(sock, pid, init))
-        .map_err(|e| SandboxError::new_err(e.to_string()))
+
+    fn fork(&mut self) -> std::io::Result<libc::pid_t> {
+        // SAFETY: os.fork's sequence, with the GIL held (this is a #[pyfunction]): the
+        // interpreter's pre-fork hooks, fork, then its hooks for the side we are on.
+        unsafe {
+            pyo3::ffi::PyOS_BeforeFork();
+            let pid = libc::fork();
+            let err = std::io::Error::last_os_error();
+            if pid == 0 {
+                pyo3::ffi::PyOS_AfterFork_Child();
+            } else {
+                pyo3::ffi::PyOS_AfterFork_Parent();
+            }
+            if pid < 0 {
+                return Err(err);
+            }
+            Ok(pid)
+        }
+    }
+
+    fn blocking<T: Send>(&mut self, f: impl FnOnce() -> T + Send) -> T {
+        self.py.detach(f)
+    }
 }
 
-/// Starts the next run's init (pid 1 of the pid namespace `_zygote_unshare_pid` made);
-/// returns its pid and pidfd.
+/// The warm interpreter's request loop (see agentrl-sandbox's `zygote::serve`): returns in
+/// each run, set up, with the environment to install, and None in the interpreter at end of
+/// file.
 #[pyfunction]
-fn _zygote_spawn_init() -> PyResult<(i32, i32)> {
-    use std::os::fd::IntoRawFd;
-    let (pid, fd) = sb::zygote::spawn_init()
-        .map_err(|e| SandboxError::new_err(format!("starting the run's init: {e}")))?;
-    Ok((pid, fd.into_raw_fd()))
-}
-
-/// Wipes the request (in the interpreter, after the fork).
-#[pyfunction]
-fn _zygote_forget() {
-    sb::zygote::forget_request();
+fn _zygote_serve(py: Python<'_>, fd: i32) -> PyResult<Option<Vec<(String, String)>>> {
+    let sock = borrow(fd)?;
+    let sys = py.import("sys")?;
+    let mut flush = Vec::new();
+    for name in ["stdout", "stderr"] {
+        if let Ok(f) = sys.getattr(name).and_then(|s| s.getattr("flush")) {
+            flush.push(f);
+        }
+    }
+    let freeze = py.import("gc")?.getattr("freeze")?;
+    let mut warm = Warm { py, flush, freeze };
+    sb::zygote::serve(sock, &mut warm).map_err(|e| SandboxError::new_err(e.to_string()))
 }
 
 /// Sends one message with fds.
@@ -295,19 +319,6 @@ fn _zygote_send(fd: i32, data: &[u8], fds: Vec<i32>) -> PyResult<()> {
         return Err(PyValueError::new_err("at most 8 fds per message"));
     }
     sb::fdpass::send(borrow(fd)?, data, &fds).map_err(|e| SandboxError::new_err(e.to_string()))
-}
-
-/// Makes the next child the init of a new pid namespace (single-threaded interpreter only).
-#[pyfunction]
-fn _zygote_unshare_pid() -> PyResult<()> {
-    sb::zygote::unshare_pid()
-        .map_err(|e| SandboxError::new_err(format!("unshare(CLONE_NEWPID): {e}")))
-}
-
-/// In the forked child: isolates it and returns the environment to install (exits on failure).
-#[pyfunction]
-fn _zygote_child(fds: Vec<i32>) -> Vec<(String, String)> {
-    sb::zygote::child_setup_pending(&fds)
 }
 
 /// The seccomp policy in words (for the nsjail backend): a dict of lists.
@@ -335,13 +346,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pool::register(m)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_recv, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_forget, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_report, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_spawn_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_unshare_pid, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_child, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_serve, m)?)?;
     m.add("AgentRLError", m.py().get_type::<AgentRLError>())?;
     m.add("SandboxError", m.py().get_type::<SandboxError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -454,6 +454,87 @@ pub fn decode(p: &[u8]) -> Option<Request> {
 
 // ---- The interpreter's side (called through the binding inside the warm interpreter) ----
 
+/// What the request loop needs from the interpreter it runs in.
+pub trait Interpreter {
+    /// Before each fork: flush buffered output, freeze the heap, and the like.
+    fn before_fork(&mut self);
+    /// Forks the interpreter the way its runtime requires; `Ok(0)` in the child.
+    fn fork(&mut self) -> std::io::Result<libc::pid_t>;
+    /// Runs a blocking wait, letting the interpreter's other threads (if any) go on.
+    fn blocking<T: Send>(&mut self, f: impl FnOnce() -> T + Send) -> T;
+}
+
+/// The warm interpreter's request loop, on its control socket `ctl`. For each request it
+/// starts the run's pid namespace with the idle init as pid 1 ([`spawn_init`]), forks the run
+/// as pid 2, sends the supervisor the run's and the init's pidfds and then reports the run's
+/// exit ([`report_exit`]). It returns in the run, once set up ([`child_setup`]), with the
+/// environment to install; in the interpreter only at end of file (`Ok(None)`) or when the
+/// control socket fails.
+pub fn serve(
+    ctl: std::os::fd::BorrowedFd<'_>,
+    interp: &mut impl Interpreter,
+) -> std::io::Result<Option<Vec<(String, String)>>> {
+    loop {
+        let Some(fds) = interp.blocking(|| receive_request(ctl))? else {
+            return Ok(None);
+        };
+        interp.before_fork();
+        let close_all = |fds: &[RawFd]| {
+            for &fd in fds {
+                // SAFETY: closing fds received with the request, owned by this loop.
+                unsafe { libc::close(fd) };
+            }
+        };
+        let forked = unshare_pid().and_then(|()| {
+            let (init_pid, init_fd) = spawn_init()?;
+            match interp.fork() {
+                Ok(pid) => Ok((pid, init_pid, init_fd)),
+                Err(e) => {
+                    // SAFETY: SIGKILL to our own child, not yet reaped.
+                    unsafe { libc::kill(init_pid, libc::SIGKILL) };
+                    supervise::reap(init_pid);
+                    Err(e)
+                }
+            }
+        });
+        let (pid, init_pid, init_fd) = match forked {
+            Ok(f) => f,
+            Err(e) => {
+                forget_request();
+                close_all(&fds);
+                fdpass::send(ctl, format!("E{e}").as_bytes(), &[])?;
+                continue;
+            }
+        };
+        if pid == 0 {
+            drop(init_fd);
+            return Ok(Some(child_setup_pending(&fds)));
+        }
+        forget_request();
+        close_all(&fds);
+        // SAFETY: pidfd_open on our own child, not yet reaped.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if pidfd < 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: SIGKILL to our own children, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::kill(init_pid, libc::SIGKILL);
+            }
+            supervise::reap(pid);
+            supervise::reap(init_pid);
+            fdpass::send(ctl, format!("Epidfd_open: {e}").as_bytes(), &[])?;
+            continue;
+        }
+        // SAFETY: a fresh pidfd, owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        let sent = fdpass::send(ctl, b"P", &[pidfd.as_raw_fd(), init_fd.as_raw_fd()]);
+        drop((pidfd, init_fd));
+        sent?;
+        interp.blocking(|| report_exit(ctl, pid, init_pid))?;
+    }
+}
+
 static FILTERS: OnceLock<(Filter, Filter)> = OnceLock::new();
 
 /// The highest capability number, read once (a run would otherwise read `/proc` for it).
