@@ -181,6 +181,25 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
 
+    /// Starts `path`, retrying while it is busy: another test thread's fork may hold a copy of
+    /// the fd that wrote it until that child execs (`ETXTBSY`).
+    fn command(path: &std::path::Path, out: bool) -> std::io::Result<std::process::Child> {
+        let mut tries = 0;
+        loop {
+            let mut cmd = std::process::Command::new(path);
+            if out {
+                cmd.stdout(std::process::Stdio::piped());
+            }
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Writes `elf` as an executable into a fresh temp dir; returns the dir and the path.
     fn install(name: &str, elf: &[u8]) -> (PathBuf, PathBuf) {
         let dir = std::env::temp_dir().join(format!("agentrl-{name}-test-{}", std::process::id()));
@@ -196,7 +215,7 @@ mod tests {
     #[test]
     fn runs_and_exits_without_children() {
         let (dir, path) = install("init", &elf());
-        let out = std::process::Command::new(&path).output().unwrap();
+        let out = command(&path, true).unwrap().wait_with_output().unwrap();
         assert!(
             out.status.success(),
             "init with no children exits 0: {out:?}"
@@ -208,7 +227,7 @@ mod tests {
     #[test]
     fn idle_waits_until_killed() {
         let (dir, path) = install("idle", &idle_elf());
-        let mut child = std::process::Command::new(&path).spawn().unwrap();
+        let mut child = command(&path, false).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert!(
             child.try_wait().unwrap().is_none(),
