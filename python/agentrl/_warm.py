@@ -61,8 +61,10 @@ def _agentrl_zygote(core_path, preimports, preload):
     ctl = 3
     core._zygote_send(ctl, b"R", [])
     # The request loop is in Rust (each line of Python here would copy pages into every
-    # run): it returns only in a run, set up, with the environment to install.
-    env = core._zygote_serve(ctl)
+    # run): it returns only in a run, set up, with the environment to install. Before each
+    # fork it flushes the output (not to be written again by the run) and freezes the heap:
+    # a collection in a run would touch, and so copy, every page of it.
+    env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze])
     if env is None:
         os._exit(0)
     if after_fork_code is not None:

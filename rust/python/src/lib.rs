@@ -254,16 +254,14 @@ fn _zygote_init() {
 /// The warm interpreter, as the request loop sees it.
 struct Warm<'py> {
     py: Python<'py>,
-    flush: Vec<Bound<'py, PyAny>>,
-    freeze: Bound<'py, PyAny>,
+    before_fork: Vec<Bound<'py, PyAny>>,
 }
 
 impl sb::zygote::Interpreter for Warm<'_> {
     fn before_fork(&mut self) {
-        // Output buffered in the interpreter must not be written again by the run; its
-        // objects stay out of every collection in the runs (a collection would touch, and so
-        // copy, every page of the heap). Failures only cost that.
-        for f in self.flush.iter().chain(std::iter::once(&self.freeze)) {
+        // The bootstrap's callables (flush the output, freeze the heap); a failure only
+        // costs what that step was for.
+        for f in &self.before_fork {
             if f.call0().is_err() {
                 let _ = PyErr::take(self.py);
             }
@@ -294,21 +292,18 @@ impl sb::zygote::Interpreter for Warm<'_> {
     }
 }
 
-/// The warm interpreter's request loop (see agentrl-sandbox's `zygote::serve`): returns in
-/// each run, set up, with the environment to install, and None in the interpreter at end of
-/// file.
+/// The warm interpreter's request loop (see agentrl-sandbox's `zygote::serve`), calling each
+/// of `before_fork` before each fork: returns in each run, set up, with the environment to
+/// install, and None in the interpreter at end of file. (It imports nothing: a module it
+/// imported would be one more for every run to remove.)
 #[pyfunction]
-fn _zygote_serve(py: Python<'_>, fd: i32) -> PyResult<Option<Vec<(String, String)>>> {
+fn _zygote_serve(
+    py: Python<'_>,
+    fd: i32,
+    before_fork: Vec<Bound<'_, PyAny>>,
+) -> PyResult<Option<Vec<(String, String)>>> {
     let sock = borrow(fd)?;
-    let sys = py.import("sys")?;
-    let mut flush = Vec::new();
-    for name in ["stdout", "stderr"] {
-        if let Ok(f) = sys.getattr(name).and_then(|s| s.getattr("flush")) {
-            flush.push(f);
-        }
-    }
-    let freeze = py.import("gc")?.getattr("freeze")?;
-    let mut warm = Warm { py, flush, freeze };
+    let mut warm = Warm { py, before_fork };
     sb::zygote::serve(sock, &mut warm).map_err(|e| SandboxError::new_err(e.to_string()))
 }
 
