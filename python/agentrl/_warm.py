@@ -61,23 +61,21 @@ def _agentrl_zygote(core_path, preimports, preload):
     ctl = 3
     core._zygote_send(ctl, b"R", [])
     # The request loop is in Rust (each line of Python here would copy pages into every
-    # run): it returns only in a run, set up, with the environment to install. Before each
-    # fork it flushes the output (not to be written again by the run) and freezes the heap:
-    # a collection in a run would touch, and so copy, every page of it.
-    env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze])
-    if env is None:
-        os._exit(0)
+    # run): it returns only in a run, set up, with the environment to install (None: this
+    # one's). Before each fork it flushes the output (not to be written again by the run)
+    # and freezes the heap: a collection in a run would touch, and so copy, every page of it.
+    env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze], own_env)
     if after_fork_code is not None:
         after_fork.__code__ = after_fork_code
     if len(sys.modules) != clean:
         for name in list(sys.modules):
             if name not in allowed:
                 del sys.modules[name]
-    _agentrl_run(env, env != own_env, atexit)
+    _agentrl_run(env, atexit)
 
-def _agentrl_run(env, new_env, atexit):
+def _agentrl_run(env, atexit):
     atexit._clear()
-    if new_env:
+    if env is not None:
         os.environ.clear()
         os.environ.update(env)
     path = "/work/__main__.py"

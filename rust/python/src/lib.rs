@@ -293,18 +293,36 @@ impl sb::zygote::Interpreter for Warm<'_> {
 }
 
 /// The warm interpreter's request loop (see agentrl-sandbox's `zygote::serve`), calling each
-/// of `before_fork` before each fork: returns in each run, set up, with the environment to
-/// install, and None in the interpreter at end of file. (It imports nothing: a module it
-/// imported would be one more for every run to remove.)
+/// of `before_fork` before each fork. It returns only in a run, set up, with the environment
+/// to install, or None when that is `own_env` (the interpreter's, in order); the interpreter
+/// itself leaves the process at end of file. (It imports nothing: a module it imported would
+/// be one more for every run to remove.)
 #[pyfunction]
 fn _zygote_serve(
     py: Python<'_>,
     fd: i32,
     before_fork: Vec<Bound<'_, PyAny>>,
+    own_env: Bound<'_, PyAny>,
 ) -> PyResult<Option<Vec<(String, String)>>> {
     let sock = borrow(fd)?;
+    // An environment that is not plain text (it cannot be) matches no request: empty.
+    let own = match own_env.extract::<Vec<(String, String)>>() {
+        Ok(own) => {
+            let own: Vec<Vec<u8>> = own
+                .iter()
+                .map(|(k, v)| format!("{k}={v}").into_bytes())
+                .collect();
+            sb::zygote::encode_env(own.iter().map(|e| e.as_slice()))
+        }
+        Err(_) => Vec::new(),
+    };
     let mut warm = Warm { py, before_fork };
-    sb::zygote::serve(sock, &mut warm).map_err(|e| SandboxError::new_err(e.to_string()))
+    match sb::zygote::serve(sock, &mut warm, &own) {
+        Ok(Some(env)) => Ok(env),
+        // SAFETY: _exit ends the interpreter at once, as os._exit does.
+        Ok(None) => unsafe { libc::_exit(0) },
+        Err(e) => Err(SandboxError::new_err(e.to_string())),
+    }
 }
 
 /// Sends one message with fds.

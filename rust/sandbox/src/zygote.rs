@@ -392,25 +392,36 @@ fn encode(
     }
     v.extend_from_slice(&(cwd.len() as u32).to_le_bytes());
     v.extend_from_slice(cwd);
-    v.extend_from_slice(&(env.len() as u32).to_le_bytes());
-    for e in env {
-        let b = e.as_bytes();
+    v.extend_from_slice(&encode_env(env.iter().map(|e| e.as_bytes())));
+    v
+}
+
+/// The environment part of a request: a count, then each `NAME=value` with its length.
+pub fn encode_env<'a>(entries: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut v = (entries.len() as u32).to_le_bytes().to_vec();
+    for b in entries {
         v.extend_from_slice(&(b.len() as u32).to_le_bytes());
         v.extend_from_slice(b);
     }
     v
 }
 
+/// A run's environment, as `(name, value)` pairs in order.
+pub type Env = Vec<(String, String)>;
+
 /// A decoded request.
 pub struct Request {
     pub network: bool,
     pub rlimits: Vec<(u32, libc::rlimit64)>,
     pub cwd: CString,
-    pub env: Vec<(String, String)>,
+    /// `None` when the run's environment is `own_env` as given to [`decode`].
+    pub env: Option<Env>,
 }
 
-/// Parses a request payload.
-pub fn decode(p: &[u8]) -> Option<Request> {
+/// Parses a request payload. `own_env` is the interpreter's own environment as
+/// [`encode_env`] writes it: a request with that very environment decodes it as `None`
+/// (nothing to build or to install, the common case).
+pub fn decode(p: &[u8], own_env: &[u8]) -> Option<Request> {
     let mut i = 0usize;
     let take = |i: &mut usize, n: usize| -> Option<&[u8]> {
         let s = p.get(*i..*i + n)?;
@@ -436,6 +447,14 @@ pub fn decode(p: &[u8]) -> Option<Request> {
     }
     let n = u32_(&mut i)? as usize;
     let cwd = CString::new(take(&mut i, n)?).ok()?;
+    if p.get(i..)? == own_env {
+        return Some(Request {
+            network,
+            rlimits,
+            cwd,
+            env: None,
+        });
+    }
     let n = u32_(&mut i)? as usize;
     let mut env = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
@@ -444,11 +463,11 @@ pub fn decode(p: &[u8]) -> Option<Request> {
         let (k, v) = kv.split_once('=')?;
         env.push((k.to_string(), v.to_string()));
     }
-    Some(Request {
+    (i == p.len()).then_some(Request {
         network,
         rlimits,
         cwd,
-        env,
+        env: Some(env),
     })
 }
 
@@ -468,12 +487,14 @@ pub trait Interpreter {
 /// starts the run's pid namespace with the idle init as pid 1 ([`spawn_init`]), forks the run
 /// as pid 2, sends the supervisor the run's and the init's pidfds and then reports the run's
 /// exit ([`report_exit`]). It returns in the run, once set up ([`child_setup`]), with the
-/// environment to install; in the interpreter only at end of file (`Ok(None)`) or when the
-/// control socket fails.
+/// environment to install (`None` for `own_env`, the interpreter's own as [`encode_env`]
+/// writes it); in the interpreter only at end of file (`Ok(None)`) or when the control
+/// socket fails.
 pub fn serve(
     ctl: std::os::fd::BorrowedFd<'_>,
     interp: &mut impl Interpreter,
-) -> std::io::Result<Option<Vec<(String, String)>>> {
+    own_env: &[u8],
+) -> std::io::Result<Option<Option<Env>>> {
     loop {
         let Some(fds) = interp.blocking(|| receive_request(ctl))? else {
             return Ok(None);
@@ -508,7 +529,7 @@ pub fn serve(
         };
         if pid == 0 {
             drop(init_fd);
-            return Ok(Some(child_setup_pending(&fds)));
+            return Ok(Some(child_setup_pending(&fds, own_env)));
         }
         forget_request();
         close_all(&fds);
@@ -776,9 +797,9 @@ fn wipe(v: &mut Vec<u8>) {
 }
 
 /// [`child_setup`] with the request received by [`receive_request`].
-pub fn child_setup_pending(fds: &[RawFd]) -> Vec<(String, String)> {
+pub fn child_setup_pending(fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
     let payload = std::mem::take(&mut *REQUEST.lock().unwrap_or_else(|e| e.into_inner()));
-    child_setup(&payload, fds)
+    child_setup(&payload, fds, own_env)
 }
 
 /// Makes the interpreter's next child the init of a new pid namespace. A process may unshare
@@ -805,11 +826,12 @@ pub fn unshare_pid() -> std::io::Result<()> {
 
 /// In the forked child: builds the run's view and drops every privilege, exactly as a cold
 /// run does, then closes every fd but 0/1/2. `fds` are, in order: run tmpfs, stdin, stdout,
-/// stderr, status pipe, listener socket. Returns the environment to install; on failure it
+/// stderr, status pipe, listener socket. Returns the environment to install (`None`: the
+/// interpreter's own, `own_env` as [`encode_env`] writes it); on failure it
 /// reports the step on the status pipe and exits with status 126. A seventh fd, the "go"
 /// pipe, is read once everything else is done: the supervisor writes to it after moving
 /// this process into the slot's cgroup.
-pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
+pub fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
     let status = fds.get(4).copied().unwrap_or(-1);
     let fail = |step: Step, errno: i32| -> ! {
         let mut rec = [0u8; 8];
@@ -826,7 +848,7 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
             .raw_os_error()
             .unwrap_or(libc::EIO)
     };
-    let Some(req) = decode(payload) else {
+    let Some(req) = decode(payload, own_env) else {
         fail(Step::Sync, libc::EINVAL)
     };
     if fds.len() != 7 {
@@ -978,4 +1000,65 @@ pub fn child_setup(payload: &[u8], fds: &[RawFd]) -> Vec<(String, String)> {
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }
     req.env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(env: &[&str]) -> Vec<u8> {
+        let env: Vec<CString> = env.iter().map(|e| CString::new(*e).unwrap()).collect();
+        let rlimits = [(
+            3u32,
+            libc::rlimit64 {
+                rlim_cur: 5,
+                rlim_max: 6,
+            },
+        )];
+        encode(true, &rlimits, b"/work", &env)
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let own = encode_env([b"A=1".as_slice()].into_iter());
+        let req = decode(&request(&["PATH=/bin", "X=a=b"]), &own).unwrap();
+        assert!(req.network);
+        assert_eq!(req.rlimits.len(), 1);
+        assert_eq!(
+            (req.rlimits[0].1.rlim_cur, req.rlimits[0].1.rlim_max),
+            (5, 6)
+        );
+        assert_eq!(req.cwd.as_bytes(), b"/work");
+        let env = req.env.unwrap();
+        assert_eq!(
+            env,
+            [("PATH".into(), "/bin".into()), ("X".into(), "a=b".into())]
+        );
+    }
+
+    #[test]
+    fn the_interpreters_own_environment_is_not_rebuilt() {
+        let own = encode_env([b"A=1".as_slice(), b"B=2"].into_iter());
+        assert!(decode(&request(&["A=1", "B=2"]), &own)
+            .unwrap()
+            .env
+            .is_none());
+        // Order counts (the run's environment keeps the request's order).
+        let other = decode(&request(&["B=2", "A=1"]), &own).unwrap();
+        assert_eq!(other.env.unwrap().len(), 2);
+        assert_eq!(decode(&request(&[]), &own).unwrap().env.unwrap(), []);
+    }
+
+    #[test]
+    fn malformed_requests_are_refused() {
+        let own = encode_env(std::iter::empty());
+        let full = request(&["A=1"]);
+        for cut in 0..full.len() {
+            assert!(decode(&full[..cut], &own).is_none(), "cut at {cut}");
+        }
+        let mut long = full.clone();
+        long.push(0);
+        assert!(decode(&long, &own).is_none(), "trailing bytes");
+        assert!(decode(&request(&["NOEQUALS"]), &own).is_none());
+    }
 }
