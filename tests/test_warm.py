@@ -131,6 +131,40 @@ def test_the_run_cannot_see_or_signal_its_interpreter(warm_sb: Sandbox) -> None:
     assert warm_sb.run_python("print(1)").ok, "the interpreter survived"
 
 
+def test_the_runs_init_is_out_of_reach_and_takes_leftovers_down(warm_sb: Sandbox) -> None:
+    """pid 1 of a warm run is the idle init: the run can neither signal, read nor trace it,
+    and what the run leaves behind dies with the run."""
+    r = warm_sb.run_python(
+        "import os, signal, ctypes, time\n"
+        "out = []\n"
+        "for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):\n"
+        "    try:\n        os.kill(1, sig); out.append('sent')\n"
+        "    except PermissionError:\n        out.append('EPERM')\n"
+        "for f in ('/proc/1/mem', '/proc/1/environ', '/proc/1/maps'):\n"
+        "    try:\n        open(f, 'rb').read(1); out.append('read')\n"
+        "    except PermissionError:\n        out.append('EPERM')\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "out.append(str(libc.ptrace(16, 1, 0, 0)))\n"  # PTRACE_ATTACH
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    os.setsid(); os.execv('/bin/sleep', ['sleep', '31.4159'])\n"
+        "for _ in range(100):\n"
+        "    if b'31.4159' in open(f'/proc/{child}/cmdline', 'rb').read():\n"
+        "        out.append('left'); break\n"
+        "    time.sleep(0.01)\n"
+        "print(' '.join(out), open('/proc/1/status').read().split()[1])\n"
+    )
+    assert r.ok, why(r)
+    words = r.stdout.split()
+    assert words[:6] == [b"EPERM"] * 6, why(r)
+    assert words[6] == b"-1", "ptrace of the init must fail: " + why(r)
+    assert words[7:] == [b"left", b"idle"], why(r)
+    # The process the run left behind is gone from the host once the run has returned.
+    left = [p for p in os.listdir("/proc") if p.isdigit() and "31.4159" in _cmdline(int(p))]
+    assert not left, f"a warm run's leftover survived it: {left}"
+    assert warm_sb.run_python("print(1)").ok
+
+
 def _zygotes() -> list[int]:
     found = []
     for p in os.listdir("/proc"):
