@@ -64,7 +64,10 @@ def _agentrl_zygote(core_path, preimports, preload):
     # run): it returns only in a run, set up, with the environment to install (None: this
     # one's). Before each fork it flushes the output (not to be written again by the run)
     # and freezes the heap: a collection in a run would touch, and so copy, every page of it.
-    env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze], own_env)
+    try:
+        env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze], own_env)
+    except EOFError:
+        os._exit(0)
     if after_fork_code is not None:
         after_fork.__code__ = after_fork_code
     if len(sys.modules) != clean:

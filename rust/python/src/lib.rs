@@ -294,9 +294,9 @@ impl sb::zygote::Interpreter for Warm<'_> {
 
 /// The warm interpreter's request loop (see agentrl-sandbox's `zygote::serve`), calling each
 /// of `before_fork` before each fork. It returns only in a run, set up, with the environment
-/// to install, or None when that is `own_env` (the interpreter's, in order); the interpreter
-/// itself leaves the process at end of file. (It imports nothing: a module it imported would
-/// be one more for every run to remove.)
+/// to install, or None when that is `own_env` (the interpreter's, in order); in the
+/// interpreter it raises `EOFError` at end of file. (It imports nothing: a module it imported
+/// would be one more for every run to remove.)
 #[pyfunction]
 fn _zygote_serve(
     py: Python<'_>,
@@ -319,8 +319,7 @@ fn _zygote_serve(
     let mut warm = Warm { py, before_fork };
     match sb::zygote::serve(sock, &mut warm, &own) {
         Ok(Some(env)) => Ok(env),
-        // SAFETY: _exit ends the interpreter at once, as os._exit does.
-        Ok(None) => unsafe { libc::_exit(0) },
+        Ok(None) => Err(pyo3::exceptions::PyEOFError::new_err("no more requests")),
         Err(e) => Err(SandboxError::new_err(e.to_string())),
     }
 }
