@@ -36,8 +36,9 @@
 //! init, so its own signals, `abort()` and `SIGXFSZ` behave as anywhere else.
 //!
 //! ## Fast paths
-//! * [`zygote`]: a warm Python interpreter per slot, forked for each `run_python` into fresh
-//!   pid and mount namespaces with the same containment.
+//! * [`zygote`]: a warm Python interpreter per slot, forked once for each `run_python` into
+//!   fresh pid and mount namespaces with the same containment (pid 1 there is a tiny idle
+//!   init it starts with a vfork and exec; the run is pid 2).
 //! * [`session`]: a persistent work dir (an overlay of frozen layers) for multi-turn agents,
 //!   with O(1) reset, snapshot and restore.
 #![deny(unsafe_op_in_unsafe_fn)]
