@@ -752,10 +752,10 @@ pub fn receive_request(ctl: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Opti
 }
 
 /// In the interpreter, once the run is forked: waits for the supervisor's request for the
-/// exit report (see [`wait_exit`]), reaps the run (`pid`), kills its init (`init`: the
+/// exit report (see `wait_exit`), reaps the run (`pid`), kills its init (`init`: the
 /// kernel then kills whatever else is left in the run's pid namespace) and reaps it once the
 /// namespace is empty, sends the run's wait status and resource usage, and waits for the
-/// supervisor's release (see [`release`]).
+/// supervisor's release (see `release`).
 ///
 /// Nothing here allocates: until the release, the run's files may still fill the slot's
 /// memory, and an allocation would get the interpreter itself OOM-killed.
