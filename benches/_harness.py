@@ -281,6 +281,8 @@ LABELS = {
 LATENCY_TARGET_ANCHORS = ("bwrap", "nsjail")
 LATENCY_TARGET_RATIO = 3.0
 THROUGHPUT_TARGET = 1000.0
+WARM_THROUGHPUT_TARGET = 500.0
+"""Warm Python runs per second on 2 cores (the warm-path issue's target)."""
 
 
 def ratio(anchor: float, agentrl: float) -> float:
@@ -323,7 +325,10 @@ def summary_lines(results: dict[str, dict[str, float]]) -> list[str]:
         is_tp = group.startswith("throughput")
         lines.append(f"{group}:")
         for who, s in by.items():
-            txt = f"  {LABELS.get(who, who):<30} "
+            label = LABELS.get(who, who)
+            if who == "agentrl" and "print(1)" in group:
+                label = "agentrl `run_python` (warm)"
+            txt = f"  {label:<30} "
             txt += f"{1 / s:8.0f} runs/s" if is_tp else f"{s * 1e3:8.2f} ms/run"
             if a is not None and who != "agentrl":
                 if is_tp:
@@ -334,8 +339,9 @@ def summary_lines(results: dict[str, dict[str, float]]) -> list[str]:
                         txt += f", {ratio(s - floor, a):.2f}x net of spawn floor"
             lines.append(txt)
         if a is not None and is_tp:
-            met = "met" if 1 / a >= THROUGHPUT_TARGET else "NOT met"
-            lines.append(f"  target >= {THROUGHPUT_TARGET:.0f} runs/s: {met}")
+            target = WARM_THROUGHPUT_TARGET if "python" in group else THROUGHPUT_TARGET
+            met = "met" if 1 / a >= target else "NOT met"
+            lines.append(f"  target >= {target:.0f} runs/s: {met}")
         elif a is not None and "/bin/true" in group:
             lines += ["  " + v for v in latency_verdicts({k: v * 1e3 for k, v in by.items()})]
     return lines

@@ -7,7 +7,9 @@ Run (the project's pytest config skips benchmarks by default)::
 
 Groups: ``latency /bin/true`` and ``latency python -c pass`` (seconds per run, one run per
 round), ``throughput /bin/true 8x100`` (seconds per batch of 8 threads x 100 runs; the
-``runs_per_s`` extra column and the summary at the end give runs/s). Every anchor is started
+``runs_per_s`` extra column and the summary at the end give runs/s), and for the warm path
+``latency python print(1)`` (``run_python`` against a bare ``python -c``) and ``throughput
+python print(1) 8x100`` (``run_python`` from 8 threads). Every anchor is started
 with ``subprocess.run`` from Python, the way a Python trainer would start it; the ``bare`` row
 is a plain ``subprocess.run`` of the same program: the spawn floor. Anchors whose tool is
 missing are skipped with the reason. Rounds: ``AGENTRL_BENCH_ROUNDS`` (default 200),
@@ -44,6 +46,9 @@ THREADS, PER_THREAD = 8, 100
 G_TRUE = "latency /bin/true"
 G_PY = "latency python -c pass"
 G_TP = f"throughput /bin/true {THREADS}x{PER_THREAD}"
+G_WARM = "latency python print(1)"
+G_WARM_TP = f"throughput python print(1) {THREADS}x{PER_THREAD}"
+WARM_SOURCE = "print(1)"
 
 if not sys.platform.startswith("linux"):
     pytest.skip("agentrl sandboxes are Linux-only", allow_module_level=True)
@@ -114,3 +119,30 @@ def test_throughput_true(benchmark, make_call, who: str) -> None:
     call = make_call(who, [TRUE])
     benchmark.pedantic(saturate, args=(call, THREADS, PER_THREAD), rounds=TP_ROUNDS, iterations=1)
     _record(benchmark, G_TP, who, per_call_runs=THREADS * PER_THREAD)
+
+
+def _warm_call(sb: Sandbox) -> Callable[[], None]:
+    def call() -> None:
+        r = sb.run_python(WARM_SOURCE)
+        if not r.ok or r.stdout != b"1\n":
+            raise RuntimeError(f"warm run failed: {r.status} {r.error} {r.stderr[-300:]!r}")
+
+    # Every slot's interpreter starts before anything is timed (a one-off cost), from several
+    # threads at once: one call after another would all land on the same slot.
+    saturate(call, THREADS, 4)
+    return call
+
+
+@pytest.mark.benchmark(group=G_WARM)
+@pytest.mark.parametrize("who", ["agentrl", "bare"])
+def test_latency_warm(benchmark, sb: Sandbox, who: str) -> None:
+    call = _warm_call(sb) if who == "agentrl" else subprocess_call([PY, "-c", WARM_SOURCE])
+    benchmark.pedantic(call, rounds=PY_ROUNDS, iterations=1, warmup_rounds=3)
+    _record(benchmark, G_WARM, who)
+
+
+@pytest.mark.benchmark(group=G_WARM_TP)
+def test_throughput_warm(benchmark, sb: Sandbox) -> None:
+    call = _warm_call(sb)
+    benchmark.pedantic(saturate, args=(call, THREADS, PER_THREAD), rounds=TP_ROUNDS, iterations=1)
+    _record(benchmark, G_WARM_TP, "agentrl", per_call_runs=THREADS * PER_THREAD)
