@@ -511,9 +511,7 @@ pub fn serve(
             match interp.fork() {
                 Ok(pid) => Ok((pid, init_pid, init_fd)),
                 Err(e) => {
-                    // SAFETY: SIGKILL to our own child, not yet reaped.
-                    unsafe { libc::kill(init_pid, libc::SIGKILL) };
-                    supervise::reap(init_pid);
+                    kill_and_reap(init_pid);
                     Err(e)
                 }
             }
@@ -537,13 +535,8 @@ pub fn serve(
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         if pidfd < 0 {
             let e = std::io::Error::last_os_error();
-            // SAFETY: SIGKILL to our own children, not yet reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::kill(init_pid, libc::SIGKILL);
-            }
-            supervise::reap(pid);
-            supervise::reap(init_pid);
+            kill_and_reap(pid);
+            kill_and_reap(init_pid);
             fdpass::send(ctl, format!("Epidfd_open: {e}").as_bytes(), &[])?;
             continue;
         }
@@ -751,6 +744,14 @@ pub fn receive_request(ctl: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Opti
     }
 }
 
+/// SIGKILLs the interpreter's own child `pid` and reaps it (for the run's init: once its pid
+/// namespace is empty).
+fn kill_and_reap(pid: libc::pid_t) {
+    // SAFETY: SIGKILL to our own child, not yet reaped (so its pid is still its own).
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    supervise::reap(pid);
+}
+
 /// In the interpreter, once the run is forked: waits for the supervisor's request for the
 /// exit report (see `wait_exit`), reaps the run (`pid`), kills its init (`init`: the
 /// kernel then kills whatever else is left in the run's pid namespace) and reaps it once the
@@ -767,9 +768,7 @@ pub fn report_exit(
     let gone = || std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the supervisor is gone");
     fdpass::recv_byte(ctl)?.ok_or_else(gone)?;
     let exit = supervise::reap(pid);
-    // SAFETY: SIGKILL to our own child, not yet reaped (so its pid is still its own).
-    unsafe { libc::kill(init, libc::SIGKILL) };
-    supervise::reap(init);
+    kill_and_reap(init);
     let secs = |t: &libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let mut m = [0u8; 29];
     m[0] = b'S';
