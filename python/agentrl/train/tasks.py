@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import random
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +119,30 @@ def _make(
     return dataclasses.replace(task, wrong=tuple(kept))
 
 
+def _templated(
+    family: str,
+    arg: str,
+    ops: dict[str, tuple[str, str, Sequence[str]]],
+    ks: Iterable[int],
+    fields: Callable[[str, int], dict[str, int]],
+    inputs: Callable[[int], Sequence[Any]],
+) -> Iterator[CodeTask]:
+    """One task per template of ``ops`` (``name: (spec, body, wrong bodies)``) and constant
+    ``k`` of ``ks``: the templates filled with ``fields(name, k)``, tested on ``inputs(k)``."""
+    for op, (spec, body, wrong) in ops.items():
+        for k in ks:
+            f = fields(op, k)
+            yield _make(
+                family,
+                f"{op}/{k}",
+                spec.format(**f),
+                arg,
+                body.format(**f),
+                [w.format(**f) for w in wrong],
+                inputs(k),
+            )
+
+
 def _arith() -> Iterator[CodeTask]:
     ops = {
         "add": ("add {k} to x", "x + {k}", ["x - {k}", "x * {k}", "x + {k1}", "x + {km}"]),
@@ -135,18 +159,11 @@ def _arith() -> Iterator[CodeTask]:
             ["x // {k}", "{k} % x", "x % {k1}", "x % {km}"],
         ),
     }
-    for op, (spec, body, wrong) in ops.items():
-        for k in range(1, 10):
-            f = {"k": k, "k1": k + 1, "km": max(k - 1, 1) if op in ("div", "mod") else k - 1}
-            yield _make(
-                "arith",
-                f"{op}/{k}",
-                spec.format(**f),
-                "x",
-                body.format(**f),
-                [w.format(**f) for w in wrong],
-                _int_inputs(k),
-            )
+
+    def fields(op: str, k: int) -> dict[str, int]:
+        return {"k": k, "k1": k + 1, "km": max(k - 1, 1) if op in ("div", "mod") else k - 1}
+
+    yield from _templated("arith", "x", ops, range(1, 10), fields, _int_inputs)
 
 
 def _affine() -> Iterator[CodeTask]:
@@ -176,18 +193,9 @@ def _compare() -> Iterator[CodeTask]:
         "le": ("x is at most {k}", "x <= {k}", ["x < {k}", "x >= {k}", "x <= {k1}"]),
         "eq": ("x equals {k}", "x == {k}", ["x >= {k}", "x != {k}", "x == {k1}"]),
     }
-    for op, (spec, body, wrong) in ops.items():
-        for k in range(10):
-            f = {"k": k, "k1": k + 1}
-            yield _make(
-                "compare",
-                f"{op}/{k}",
-                spec.format(**f),
-                "x",
-                body.format(**f),
-                [w.format(**f) for w in wrong],
-                _int_inputs(k),
-            )
+    yield from _templated(
+        "compare", "x", ops, range(10), lambda _, k: {"k": k, "k1": k + 1}, _int_inputs
+    )
 
 
 _WORDS = ("agentrl", "sandbox", "policy", "ab", "", "reward!", "x")
@@ -204,18 +212,14 @@ def _string() -> Iterator[CodeTask]:
         ),
         "rep": ("s repeated {k} times", "s * {k}", ["s * {k1}", "s + s", "s * {km}"]),
     }
-    for op, (spec, body, wrong) in ops.items():
-        for k in range(1, 10):
-            f = {"k": k, "k1": k + 1, "km": k - 1}
-            yield _make(
-                "string",
-                f"{op}/{k}",
-                spec.format(**f),
-                "s",
-                body.format(**f),
-                [w.format(**f) for w in wrong],
-                _WORDS,
-            )
+    yield from _templated(
+        "string",
+        "s",
+        ops,
+        range(1, 10),
+        lambda _, k: {"k": k, "k1": k + 1, "km": k - 1},
+        lambda _: _WORDS,
+    )
 
 
 _LISTS = ([3, 1, 4], [1, 5, 9, 2, 6], [7], [2, 7, 1, 8, 2, 8], [-1, -5, 0])
@@ -227,18 +231,14 @@ def _list() -> Iterator[CodeTask]:
         "max": ("the largest item of xs, times {k}", "max(xs) * {k}", ["min(xs) * {k}", "max(xs) + {k}", "sum(xs) * {k}", "max(xs) * {k1}"]),
         "len": ("the length of xs, plus {k}", "len(xs) + {k}", ["len(xs) - {k}", "sum(xs) + {k}", "len(xs) + {k1}", "len(xs) * {k}"]),
     }  # fmt: skip
-    for op, (spec, body, wrong) in ops.items():
-        for k in range(1, 10):
-            f = {"k": k, "k1": k + 1}
-            yield _make(
-                "list",
-                f"{op}/{k}",
-                spec.format(**f),
-                "xs",
-                body.format(**f),
-                [w.format(**f) for w in wrong],
-                tuple(list(v) for v in _LISTS),
-            )
+    yield from _templated(
+        "list",
+        "xs",
+        ops,
+        range(1, 10),
+        lambda _, k: {"k": k, "k1": k + 1},
+        lambda _: tuple(list(v) for v in _LISTS),
+    )
 
 
 FAMILIES = ("arith", "affine", "compare", "string", "list")
