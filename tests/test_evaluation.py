@@ -249,6 +249,27 @@ def test_plain_values_cross_exactly(ev: Evaluator) -> None:
     assert j.passed, j.feedback
 
 
+def test_large_values_cross_in_both_directions(ev: Evaluator) -> None:
+    # Messages of several MiB span many pipe reads each way (reads are sized to the message).
+    t = FunctionTask(
+        "big",
+        "def big(xs, n):\n",
+        textwrap.dedent(
+            """
+            def check(candidate):
+                xs = list(range(300_000))
+                r = candidate(xs, 2_000_000)
+                assert r[0] == xs[::-1] and len(r[1]) == 2_000_000 and r[1][-1] == "z"
+                assert candidate([1], 3) == [[1], "yyz"]
+            """
+        ),
+        "big",
+    )
+    j = ev.judge(t, "    return [xs[::-1], 'y' * (n - 1) + 'z']\n")
+    assert j.passed, j.feedback
+    assert j.n_passed == 2
+
+
 def test_prints_become_output_in_feedback(ev: Evaluator) -> None:
     j = ev.judge(SQUARE, "    print('debug', x)\n    return x\n")
     assert "debug 2" in j.output

@@ -39,6 +39,9 @@ _MAX_DEPTH = 100
 _MAX_NODES = 1 << 20
 _MAX_MSG = 64 << 20
 _OUT_CAP = 1 << 20
+# Reads ask for 64 KiB unless a message needs more: os.read allocates the size it is asked
+# for, and at 1 MiB that is an mmap, a page fault and a munmap for every call.
+_READ = 1 << 16
 _OUT_KEEP = 4000
 _TEXT_CAP = 600
 _FILENAME = "<solution>"
@@ -247,13 +250,13 @@ def _child(source, entry, req_r, rep_w, out_w):
     buf = b""
     while True:
         while _len(buf) < 8:
-            chunk = read(req, 1 << 16)
+            chunk = read(req, _READ)
             if not chunk:
                 return
             buf += chunk
         size = int.from_bytes(buf[:8], "big")
         while _len(buf) < 8 + size:
-            chunk = read(req, 1 << 20)
+            chunk = read(req, max(8 + size - _len(buf), _READ))
             if not chunk:
                 return
             buf += chunk
@@ -395,7 +398,7 @@ class _Child:
                     self.gone()
                 writable = True
                 continue
-            data = os.read(fd, 1 << 20)
+            data = os.read(fd, _READ if fd == self.out_r else self.want())
             if fd == self.out_r:
                 if data:
                     self.drain_output(data)
@@ -408,6 +411,13 @@ class _Child:
             else:
                 self.gone()
         return writable
+
+    def want(self):
+        """How much to read from the reply pipe: the rest of the current message, if larger."""
+        if len(self.buf) < 8:
+            return _READ
+        rest = 8 + int.from_bytes(self.buf[:8], "big") - len(self.buf)
+        return min(max(rest, _READ), _MAX_MSG + 8)
 
     def recv(self):
         while True:
