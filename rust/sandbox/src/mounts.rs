@@ -244,27 +244,14 @@ pub(crate) fn write_file_at(
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fresh fd.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut off = 0;
-    while off < data.len() {
-        // SAFETY: the buffer slice is valid for its length.
-        let n = unsafe {
-            libc::write(
-                fd.as_raw_fd(),
-                data[off..].as_ptr().cast(),
-                data.len() - off,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        off += n as usize;
-    }
-    Ok(fd)
+    write_all(unsafe { OwnedFd::from_raw_fd(fd) }, data)
+}
+
+/// Writes all of `data` to `fd` (retrying short writes and `EINTR`) and gives the fd back.
+pub(crate) fn write_all(fd: OwnedFd, data: &[u8]) -> io::Result<OwnedFd> {
+    let mut file = std::fs::File::from(fd);
+    io::Write::write_all(&mut file, data)?;
+    Ok(OwnedFd::from(file))
 }
 
 /// Opens `name` under `dir` as a directory (`O_PATH` not used: we need to create in it).

@@ -753,21 +753,7 @@ pub(crate) fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: fresh fd.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut off = 0;
-    while off < data.len() {
-        // SAFETY: valid buffer.
-        let n = unsafe {
-            libc::write(
-                fd.as_raw_fd(),
-                data[off..].as_ptr().cast(),
-                data.len() - off,
-            )
-        };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        off += n as usize;
-    }
+    let fd = crate::mounts::write_all(fd, data)?;
     // SAFETY: valid fd.
     unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) };
     Ok(fd)
