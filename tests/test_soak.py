@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from agentrl import Limits, Sandbox, Status
@@ -149,3 +153,75 @@ def test_soak_abnormal_endings_leave_nothing_behind():
         assert_host_clean()
         assert snapshot(cgroups_before) == base
     assert not agentrl_cgroup_dirs(os.getpid()) - cgroups_before
+
+
+# A process that never closes what it opened: the Sandbox is in a cycle held by a module
+# global, the pool (an Evaluator's) by another; both have run warm and cold jobs.
+_UNCLOSED = """
+import os
+from agentrl import Sandbox
+from agentrl.evaluation import Evaluator, FunctionTask
+sb = Sandbox(max_concurrency=2)
+sb.me = [sb]
+assert sb.run(["/bin/true"]).ok and sb.run_python("print(1)").ok
+ev = Evaluator(workers=2)
+task = FunctionTask("t", "def f(x):\\n", "assert candidate(2) == 4\\n", "f")
+assert ev.judge(task, "    return x * 2\\n").passed
+print(os.getpid(), flush=True)
+"""
+
+# A process that is killed while its sandbox is open.
+_KILLED = """
+import os, time
+from agentrl import Sandbox
+sb = Sandbox(max_concurrency=2)
+assert sb.run(["/bin/true"]).ok and sb.run_python("print(1)").ok
+print(os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def _python(source: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", source], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+
+
+def test_what_a_process_never_closed_is_closed_at_exit():
+    p = _python(_UNCLOSED)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    pid = int(out.split()[-1])
+    assert not agentrl_cgroup_dirs(pid)
+    assert_host_clean()
+
+
+def _bases(dirs: set[str], pid: int) -> set[Path]:
+    return {Path(d) for d in dirs if Path(d).name.startswith(f"agentrl-{pid}-")}
+
+
+def test_a_killed_process_cgroups_are_removed_by_the_next_sandbox():
+    p = _python(_KILLED)
+    assert p.stdout is not None
+    pid = int(p.stdout.readline())
+    p.kill()
+    p.wait()
+    p.stdout.close()
+    left = agentrl_cgroup_dirs(pid)
+    assert left, "a killed process cannot remove its cgroups"
+    assert_host_clean()
+    # Only a base older than the grace period counts as stale (a new one may not be locked yet).
+    for base in _bases(left, pid):
+        os.utime(base, (time.time() - 3600, time.time() - 3600))
+    with Sandbox(max_concurrency=1) as sb:
+        assert sb.run(["/bin/true"]).ok
+        assert not agentrl_cgroup_dirs(pid)
+        # A base whose owner is alive is never touched, however old.
+        mine = _bases(agentrl_cgroup_dirs(os.getpid()), os.getpid())
+        assert mine
+        for base in mine:
+            os.utime(base, (time.time() - 3600, time.time() - 3600))
+        with Sandbox(max_concurrency=1) as other:
+            assert other.run(["/bin/true"]).ok
+        assert all(b.is_dir() for b in mine)
+        assert sb.run(["/bin/true"]).ok

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from agentrl import _core
+from agentrl import _core, _exit
 from agentrl.jobs import (
     _OUTCOME,
     JobOutcome,
@@ -145,6 +145,7 @@ class _JobPool:
         # Written once by `close`: wakes threads waiting in `_wait` on the completion fd.
         self._kick = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         weakref.finalize(self, _close_fds, *self._kick)
+        _exit.track(self)
 
     # ---- what a subclass provides
     def _convert(self, value: Any) -> Any:
@@ -505,6 +506,10 @@ class _JobPool:
                     _call_in_loop(loop, loop.remove_reader, self._fd)
             self._loops.clear()
             self._after_close()
+            _exit.untrack(self)
+
+    def _close_at_exit(self) -> None:
+        self.close(drain=False)
 
     def _stop_dispatcher(self) -> None:
         t, wake = self._dispatcher, self._wake

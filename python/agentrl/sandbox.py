@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl import _core
+from agentrl import _core, _exit
 from agentrl._warm import bootstrap_argv
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
@@ -311,6 +311,7 @@ class Sandbox:
             warm_cfg,
         )
         self._closed = False
+        _exit.track(self)
 
     @property
     def limits(self) -> Limits:
@@ -441,10 +442,15 @@ class Sandbox:
         return await loop.run_in_executor(None, lambda: self.run(argv, **kwargs))  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Waits for runs in flight, stops the slots and removes the cgroups. Idempotent."""
+        """Waits for runs in flight, stops the slots and removes the cgroups. Idempotent.
+        A sandbox still open when the interpreter exits is closed then."""
         if not self._closed:
             self._closed = True
+            _exit.untrack(self)
             self._inner.close()
+
+    def _close_at_exit(self) -> None:
+        self.close()
 
     def __enter__(self) -> Sandbox:
         return self

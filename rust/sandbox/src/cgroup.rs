@@ -16,7 +16,13 @@
 //!
 //! # Where the base cgroup goes
 //!
-//! A private base `agentrl-<pid>-<n>` is created; slots are `slot-<index>` below it.
+//! A private base `agentrl-<pid>-<n>` is created; slots are `slot-<index>` below it. The
+//! manager holds an exclusive `flock` on each base directory for as long as it owns it. A base
+//! left behind by a process that died without cleaning up (killed, or a `Sandbox` never
+//! dropped) is removed by the next manager created under the same parent: one whose owner pid
+//! is gone from our pid namespace, whose lock nobody holds (so an owner in another pid
+//! namespace keeps its own), older than [`STALE_GRACE`] (so a base just made, not yet locked,
+//! is never taken) and without processes ([`Manager::remove_stale`]).
 //!
 //! * v1: under this process's own cgroup in each hierarchy (from `/proc/self/cgroup`), so the
 //!   sandbox stays inside any limits that already apply to us (a container's memory limit, …).
@@ -97,6 +103,9 @@ const BASE_PREFIX: &str = "agentrl-";
 const KILL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long removal retries `rmdir` while it answers `EBUSY` (processes still exiting).
 const RMDIR_TIMEOUT: Duration = Duration::from_millis(500);
+/// A base cgroup younger than this is never taken for stale: its owner may be between its
+/// `mkdir` and its `flock`.
+pub const STALE_GRACE: Duration = Duration::from_secs(30);
 
 const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
 const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
@@ -207,6 +216,25 @@ fn open_dir(path: &Path) -> io::Result<OwnedFd> {
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(path)?;
     Ok(OwnedFd::from(f))
+}
+
+/// Opens directory `path` and takes an exclusive `flock` on it without waiting: `Ok(None)`
+/// when another open file holds it. The lock lasts as long as the returned fd (and dies with
+/// the process).
+fn try_lock_dir(path: &Path) -> io::Result<Option<OwnedFd>> {
+    let fd = open_dir(path)?;
+    loop {
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(fd));
+        }
+        let e = io::Error::last_os_error();
+        match errno(&e) {
+            libc::EINTR => continue,
+            libc::EWOULDBLOCK => return Ok(None),
+            _ => return Err(e),
+        }
+    }
 }
 
 /// `openat(dir, name, flags | O_CLOEXEC)`, retried on `EINTR`.
@@ -471,6 +499,20 @@ fn remove_cgroup_dir(path: &Path, fake: bool) -> io::Result<()> {
     }
 }
 
+/// Whether `dir` or a cgroup below it holds a process (or cannot be read).
+fn tree_has_processes(dir: &Path) -> bool {
+    match fs::read(dir.join("cgroup.procs")) {
+        Ok(d) if parse_pids(&d).is_empty() => {}
+        _ => return true,
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return true;
+    };
+    entries
+        .flatten()
+        .any(|e| e.file_type().is_ok_and(|t| t.is_dir()) && tree_has_processes(&e.path()))
+}
+
 /// Removes `dir` and every cgroup below it, depth first. With `kill`, processes found in each
 /// cgroup are SIGKILLed first (never in fake mode). Returns whether `dir` is gone.
 fn remove_tree(dir: &Path, fake: bool, kill: bool) -> bool {
@@ -506,6 +548,8 @@ fn remove_tree(dir: &Path, fake: bool, kill: bool) -> bool {
 struct BaseDirs {
     dirs: Vec<PathBuf>,
     fake: bool,
+    /// The `flock`s that mark the base as owned (released after the removal in `drop`).
+    _locks: Vec<OwnedFd>,
 }
 
 impl Drop for BaseDirs {
@@ -679,11 +723,7 @@ fn ensure_controllers(dir: &Path, fake: bool) -> Result<(), CgroupError> {
 
 /// Creates `agentrl-<pid>-<n>` under every parent (same name in each), picking a fresh `n`
 /// when the name is taken.
-fn make_base(
-    parents: &[PathBuf],
-    fake: bool,
-    version: Version,
-) -> Result<Vec<PathBuf>, CgroupError> {
+fn make_base(parents: &[PathBuf], fake: bool, version: Version) -> Result<BaseDirs, CgroupError> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     for _ in 0..1000 {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -693,6 +733,7 @@ fn make_base(
             fake,
         };
         let mut taken = false;
+        let mut locks = Vec::new();
         for p in parents {
             let d = p.join(&name);
             match fs::create_dir(&d) {
@@ -708,6 +749,19 @@ fn make_base(
                     ))
                 }
             }
+            // Ours from here on: a manager reaping stale bases leaves a locked one alone.
+            // (A file system without flock leaves it unlocked, and a reaper unable to lock
+            // it leaves it alone as well.)
+            match try_lock_dir(&d) {
+                Ok(Some(fd)) => locks.push(fd),
+                Ok(None) => {
+                    return Err(CgroupError::msg(format!(
+                        "the new cgroup {} is locked by another process",
+                        d.display()
+                    )))
+                }
+                Err(_) => {}
+            }
             if fake {
                 fake_populate(&d, version).map_err(|e| {
                     CgroupError::io(format!("cannot populate fake cgroup {}", d.display()), e)
@@ -715,7 +769,11 @@ fn make_base(
             }
         }
         if !taken {
-            return Ok(guard.disarm());
+            return Ok(BaseDirs {
+                dirs: guard.disarm(),
+                fake,
+                _locks: locks,
+            });
         }
     }
     Err(CgroupError::msg(format!(
@@ -757,9 +815,11 @@ impl Manager {
     pub fn with_root(root: &Path, parent: Option<&Path>) -> Result<Manager, CgroupError> {
         let self_cgroup = fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| CgroupError::io("cannot read /proc/self/cgroup", e))?;
-        Self::build(root, parent, &self_cgroup, &|| {
+        let m = Self::build(root, parent, &self_cgroup, &|| {
             fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
-        })
+        })?;
+        m.remove_stale();
+        Ok(m)
     }
 
     fn build(
@@ -844,8 +904,11 @@ impl Manager {
             dir.push(c);
             ensure_controllers(&dir, fake)?;
         }
-        let dirs = make_base(std::slice::from_ref(&parent_dir), fake, Version::V2)?;
-        let base = Arc::new(BaseDirs { dirs, fake });
+        let base = Arc::new(make_base(
+            std::slice::from_ref(&parent_dir),
+            fake,
+            Version::V2,
+        )?);
         ensure_controllers(&base.dirs[0], fake)?;
         Ok(Manager {
             version: Version::V2,
@@ -915,12 +978,12 @@ impl Manager {
             }
             parents.push(p);
         }
-        let dirs = make_base(&parents, fake, Version::V1)?;
+        let base = make_base(&parents, fake, Version::V1)?;
         Ok(Manager {
             version: Version::V1,
             fake,
             parents,
-            base: Arc::new(BaseDirs { dirs, fake }),
+            base: Arc::new(base),
             ctl,
         })
     }
@@ -935,12 +998,17 @@ impl Manager {
         &self.base.dirs
     }
 
-    /// Removes base cgroups `agentrl-<pid>-<n>` left next to ours by processes that no longer
-    /// exist (a crashed earlier run), with the slots below them. Cgroups that still contain
-    /// processes are left alone (nothing is killed). Returns how many base directories were
-    /// removed. Only call this when no other process in another PID namespace shares the
-    /// parent cgroup, since such a process's pid would look dead from here.
+    /// Removes base cgroups `agentrl-<pid>-<n>` (with the slots below them) left next to ours
+    /// by processes that died without removing them: the owner pid is gone from our pid
+    /// namespace, nobody holds the base's lock (a live owner in another pid namespace does),
+    /// and it is older than [`STALE_GRACE`]. Cgroups that still contain processes are left
+    /// alone (nothing is killed). Returns how many base directories were removed. Called once
+    /// when a manager is created.
     pub fn remove_stale(&self) -> usize {
+        self.remove_stale_older_than(STALE_GRACE)
+    }
+
+    fn remove_stale_older_than(&self, grace: Duration) -> usize {
         let me = std::process::id();
         let mut removed = 0;
         for parent in &self.parents {
@@ -957,11 +1025,24 @@ impl Manager {
                 else {
                     continue;
                 };
-                if pid as u32 != me
-                    && !pid_alive(pid)
-                    && e.file_type().is_ok_and(|t| t.is_dir())
-                    && remove_tree(&e.path(), self.fake, false)
-                {
+                if pid as u32 == me || pid_alive(pid) {
+                    continue;
+                }
+                let Ok(meta) = e.metadata() else { continue };
+                let young = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_none_or(|age| age < grace);
+                if !meta.is_dir() || young {
+                    continue;
+                }
+                // Held while removing: a stale base is ours alone, and an owner still alive
+                // elsewhere keeps it.
+                let Ok(Some(_lock)) = try_lock_dir(&e.path()) else {
+                    continue;
+                };
+                if !tree_has_processes(&e.path()) && remove_tree(&e.path(), self.fake, false) {
                     removed += 1;
                 }
             }
@@ -2113,9 +2194,23 @@ mod tests {
         fake_v2_dir(&dead.join("slot-0"), ALL, "", "");
         let live = t.0.join(format!("agentrl-{}-999999", std::process::id()));
         fake_v2_dir(&live, ALL, "", "");
+        // A dead owner's base that another process (here: this test) still holds locked.
+        let held = t.0.join("agentrl-2147483633-0");
+        fake_v2_dir(&held, ALL, "", "");
+        let lock = try_lock_dir(&held).unwrap().expect("lock");
         let m = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap();
-        assert_eq!(m.remove_stale(), 1);
-        assert!(!dead.exists() && live.exists());
+        // All of them are younger than the grace period: nothing is taken.
+        assert_eq!(m.remove_stale(), 0);
+        assert_eq!(m.remove_stale_older_than(Duration::ZERO), 1);
+        assert!(!dead.exists() && live.exists() && held.exists());
+        // Our own base is locked while the manager lives.
+        let ours = m.base_dirs()[0].clone();
+        assert!(try_lock_dir(&ours).unwrap().is_none());
+        drop(lock);
+        assert_eq!(m.remove_stale_older_than(Duration::ZERO), 1);
+        assert!(!held.exists() && ours.exists());
+        drop(m);
+        assert!(!ours.exists());
     }
 
     // ----- the real cgroup file system (root only) -----
@@ -2466,6 +2561,72 @@ mod tests {
         assert_eq!(wait(pid), Err(libc::SIGKILL));
         for d in dirs {
             assert!(!d.exists(), "{}", d.display());
+        }
+    }
+
+    /// Sets a directory's modification time `secs` seconds into the past.
+    fn backdate(d: &Path, secs: i64) {
+        let c = std::ffi::CString::new(d.as_os_str().as_bytes()).unwrap();
+        let mut now = std::mem::MaybeUninit::<libc::timespec>::uninit();
+        // SAFETY: clock_gettime fills the timespec it is given.
+        let now = unsafe {
+            libc::clock_gettime(libc::CLOCK_REALTIME, now.as_mut_ptr());
+            now.assume_init()
+        };
+        let then = libc::timespec {
+            tv_sec: now.tv_sec - secs,
+            tv_nsec: 0,
+        };
+        let times = [then, then];
+        // SAFETY: NUL-terminated path and two valid timespecs.
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+        assert_eq!(r, 0, "utimensat {}", d.display());
+    }
+
+    #[test]
+    fn real_stale_bases_are_reaped_locked_and_young_ones_kept() {
+        let Some(m) = real_manager() else { return };
+        // Next to our base, in every hierarchy: bases whose owner pid cannot exist (far above
+        // pid_max), each with a slot below: one stale, one still locked (its owner alive in
+        // another pid namespace, say), one just made.
+        let tag = std::process::id();
+        let make = |n: u32| -> Vec<PathBuf> {
+            m.parents
+                .iter()
+                .map(|p| {
+                    let d = p.join(format!("agentrl-2147483600-{tag}{n}"));
+                    fs::create_dir(&d).unwrap();
+                    fs::create_dir(d.join("slot-0")).unwrap();
+                    d
+                })
+                .collect()
+        };
+        let stale = make(1);
+        let held = make(2);
+        let young = make(3);
+        for d in stale.iter().chain(&held) {
+            backdate(d, 3600);
+        }
+        let locks: Vec<OwnedFd> = held
+            .iter()
+            .map(|d| try_lock_dir(d).unwrap().expect("lock"))
+            .collect();
+        // A new manager reaps what is stale, and only that.
+        let m2 = Manager::new(None).unwrap();
+        for d in &stale {
+            assert!(!d.exists(), "{} should be gone", d.display());
+        }
+        for d in held.iter().chain(&young) {
+            assert!(d.join("slot-0").exists(), "{} should stay", d.display());
+        }
+        // Live managers' own bases are locked, so a reaper in another pid namespace (where
+        // our pid looks dead) leaves them alone.
+        for d in m.base_dirs().iter().chain(m2.base_dirs()) {
+            assert!(try_lock_dir(d).unwrap().is_none(), "{}", d.display());
+        }
+        drop(locks);
+        for d in held.iter().chain(&young) {
+            assert!(remove_tree(d, false, false));
         }
     }
 }
