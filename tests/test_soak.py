@@ -225,3 +225,49 @@ def test_a_killed_process_cgroups_are_removed_by_the_next_sandbox():
             assert other.run(["/bin/true"]).ok
         assert all(b.is_dir() for b in mine)
         assert sb.run(["/bin/true"]).ok
+
+
+# A child made with fork() inherits copies of an open Sandbox and pool but not their threads.
+_FORKED = """
+import os, sys, time, warnings
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
+from agentrl import PoolClosed, Sandbox, SandboxError, SandboxPool
+sb = Sandbox(max_concurrency=2)
+pool = SandboxPool(workers=2)
+assert sb.run(["/bin/true"]).ok and sb.run_python("print(1)").ok
+assert pool.submit(["/bin/true"]).result().ok
+pid = os.fork()
+if pid == 0:
+    t0 = time.monotonic()
+    try:
+        sb.run(["/bin/true"])
+        sys.exit(3)
+    except SandboxError as e:
+        assert "fork" in str(e), e
+    try:
+        pool.submit(["/bin/true"])
+        sys.exit(4)
+    except PoolClosed as e:
+        assert "fork" in str(e), e
+    sb.close()
+    pool.close()
+    assert time.monotonic() - t0 < 5
+    sys.exit(0)  # a normal exit: finalization and atexit run here
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+# The parent's sandbox and pool are intact.
+assert sb.run(["/bin/true"]).ok and sb.run_python("print(2)").stdout == b"2\\n"
+assert pool.submit_python("print(3)").result().stdout == b"3\\n"
+print(os.getpid(), flush=True)
+pool.close()
+sb.close()
+"""
+
+
+def test_a_forked_child_refuses_the_parents_sandbox_and_leaves_it_alone():
+    p = _python(_FORKED)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    pid = int(out.split()[-1])
+    assert not agentrl_cgroup_dirs(pid)
+    assert_host_clean()

@@ -145,6 +145,8 @@ class _JobPool:
         # Written once by `close`: wakes threads waiting in `_wait` on the completion fd.
         self._kick = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         weakref.finalize(self, _close_fds, *self._kick)
+        # A child made with fork() gets a copy of this object but not the worker threads.
+        self._pid = os.getpid()
         _exit.track(self)
 
     # ---- what a subclass provides
@@ -153,7 +155,15 @@ class _JobPool:
         return value
 
     # ---- admission
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise PoolClosed(
+                f"this pool belongs to process {self._pid}: a child made with fork() cannot "
+                "use it (its workers stayed in the parent); create a new pool in the child"
+            )
+
     def _admit(self, n: int) -> None:
+        self._check_process()
         if n > self._capacity:
             raise ValueError(f"a batch of {n} jobs is larger than the pool's capacity")
         deadline = None if self._block_timeout is None else time.monotonic() + self._block_timeout
@@ -317,6 +327,7 @@ class _JobPool:
         loop are submitted together; with ``backpressure="block"`` a job waits for room
         without blocking the loop. Cancelling the future cancels the job."""
         loop = asyncio.get_running_loop()
+        self._check_process()
         if self._closed:
             raise PoolClosed("the pool is closed")
         self._attach(loop)
@@ -415,6 +426,7 @@ class _JobPool:
             self._drain()
 
     def _submit_futures(self, items: list) -> list[PoolFuture]:
+        self._check_process()
         self._ensure_dispatcher()
         self._admit(len(items))
         futs = [PoolFuture(self._core) for _ in items]
@@ -486,6 +498,9 @@ class _JobPool:
         without, queued and running jobs end ``cancelled``. Every future is resolved when this
         returns; outcomes of ``submit_many`` jobs stay available to :meth:`collect`.
         Idempotent; blocks until the workers stop (use :meth:`aclose` in a coroutine)."""
+        if os.getpid() != self._pid:
+            self._closed = True  # the parent's workers are not ours to stop
+            return
         with self._close_lock:
             with self._lock:
                 self._closed = True

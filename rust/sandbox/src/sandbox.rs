@@ -87,6 +87,10 @@ pub(crate) struct Shared {
     /// Whether the host process was dumpable when the sandbox was made: the uid switches of
     /// the spawn path clear that flag, and they restore it.
     pub host_dumpable: bool,
+    /// The process that made the sandbox. A child made with `fork()` inherits a copy of this
+    /// handle but none of the slot threads behind it: there it refuses runs and leaves the
+    /// parent's processes and cgroups alone.
+    owner_pid: u32,
 }
 
 /// An isolated execution environment for untrusted programs. Cheap to share: clone the handle
@@ -173,6 +177,7 @@ impl Sandbox {
             host_dumpable: unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 1,
             base_env,
             sessions: Mutex::new(None),
+            owner_pid: std::process::id(),
         });
         start_slot(&shared)?;
         Ok(Sandbox { shared })
@@ -188,8 +193,25 @@ impl Sandbox {
         self.shared.cgroup_version
     }
 
+    /// Whether this handle is a copy inherited through `fork()` (see `Shared::owner_pid`).
+    fn forked(&self) -> bool {
+        std::process::id() != self.shared.owner_pid
+    }
+
+    fn refuse_if_forked(&self) -> Result<()> {
+        if self.forked() {
+            return Err(Error::setup(format!(
+                "this sandbox belongs to process {}: a child made with fork() cannot use it \
+                 (its slot threads stayed in the parent); create a new sandbox in the child",
+                self.shared.owner_pid
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs one program in a fresh box and returns its verdict. Blocks the calling thread.
     pub fn run(&self, req: RunRequest) -> Result<ExecResult> {
+        self.refuse_if_forked()?;
         let prepared = prepare(&self.shared.config, req)?;
         let reply = Arc::new(Reply {
             slot: Mutex::new(None),
@@ -222,6 +244,7 @@ impl Sandbox {
     /// Creates a session: a work dir that persists across runs (see [`crate::session`]).
     /// `disk_bytes` bounds what each stage (between snapshots and resets) may write.
     pub fn session(&self, files: Vec<(String, Vec<u8>)>, disk_bytes: u64) -> Result<Session> {
+        self.refuse_if_forked()?;
         if disk_bytes < 64 << 10 {
             return Err(Error::invalid(
                 "disk_bytes",
@@ -269,6 +292,11 @@ impl Sandbox {
 
     /// Stops the slots after the queued runs finish, and removes the cgroups.
     pub fn close(&self) {
+        if self.forked() {
+            // The threads, processes and cgroups are the parent's (and a lock copied by fork
+            // may be held forever): nothing here is ours to stop.
+            return;
+        }
         {
             let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.closed = true;
@@ -331,6 +359,12 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
+        if self.forked() {
+            // Dropping the shared state here would remove the parent's cgroups (and kill what
+            // runs in them): this copy's share is leaked instead.
+            std::mem::forget(Arc::clone(&self.shared));
+            return;
+        }
         self.close();
     }
 }

@@ -351,3 +351,30 @@ fn the_program_is_not_init_signals_and_file_size_work() {
         "{r:?}"
     );
 }
+
+#[test]
+fn a_forked_child_refuses_runs_and_leaves_the_parents_sandbox_alone() {
+    let sb = sandbox();
+    assert_eq!(sb.run(sh("true")).unwrap().status, Status::Ok);
+    // SAFETY: the child only calls `run` (refused before any lock is taken), `close` (returns
+    // at once in a copy), then _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let refused = matches!(
+            sb.run(sh("true")),
+            Err(Error::Setup { ref what, .. }) if what.contains("fork")
+        );
+        sb.close();
+        // SAFETY: ending the forked child without running the parent's destructors.
+        unsafe { libc::_exit(if refused { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child with a valid status pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{status}"
+    );
+    assert_eq!(sb.run(sh("true")).unwrap().status, Status::Ok);
+}

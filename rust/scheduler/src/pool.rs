@@ -280,6 +280,9 @@ pub struct Pool<E: Executor> {
     shared: Arc<Shared<E>>,
     handles: Mutex<Vec<JoinHandle<()>>>,
     workers: usize,
+    /// The process that made the pool. In a child made with `fork()` (a copy of the pool
+    /// without its worker threads) it refuses jobs, and closing or dropping it stops nothing.
+    owner_pid: u32,
 }
 
 impl<E: Executor> fmt::Debug for Pool<E> {
@@ -340,6 +343,7 @@ impl<E: Executor> Pool<E> {
             shared,
             handles: Mutex::new(Vec::with_capacity(workers)),
             workers,
+            owner_pid: std::process::id(),
         };
         for w in 0..workers {
             let shared = pool.shared.clone();
@@ -385,7 +389,15 @@ impl<E: Executor> Pool<E> {
         self.shared.closed.load(Ordering::SeqCst)
     }
 
+    /// Whether this is a copy inherited through `fork()` (see `owner_pid`).
+    fn forked(&self) -> bool {
+        std::process::id() != self.owner_pid
+    }
+
     fn enter(&self) -> Option<SubmitGuard<'_>> {
+        if self.forked() {
+            return None; // no worker here would ever run it: refused as closed
+        }
         let s = &self.shared;
         // SeqCst pair with `close`: either close sees our increment and waits
         // for us, or we see `closed` and back out.
@@ -696,6 +708,10 @@ impl<E: Executor> Pool<E> {
     /// escalates it. Called from inside an executor it does not wait for the
     /// calling worker. Dropping the pool runs `close(false)`.
     pub fn close(&self, drain: bool) {
+        if self.forked() {
+            // The workers (and what they run) are the parent's.
+            return;
+        }
         let s = &self.shared;
         s.closed.store(true, Ordering::SeqCst);
         if !drain {
@@ -724,6 +740,16 @@ impl<E: Executor> Pool<E> {
 
 impl<E: Executor> Drop for Pool<E> {
     fn drop(&mut self) {
+        if self.forked() {
+            // Dropping the executor and the jobs here would tear down the parent's resources
+            // (sandboxes, their cgroups): this copy's share is leaked instead.
+            std::mem::forget(Arc::clone(&self.shared));
+            // (No locking: a lock copied by fork may be held by a thread that is not here.)
+            std::mem::forget(std::mem::take(
+                self.handles.get_mut().unwrap_or_else(|e| e.into_inner()),
+            ));
+            return;
+        }
         self.close(false);
     }
 }

@@ -622,3 +622,34 @@ fn quiet_panics() {
         }));
     });
 }
+
+#[test]
+fn a_forked_child_refuses_jobs_and_leaves_the_parents_workers_alone() {
+    let p = pool(2, 16);
+    let id = p.submit(job(|_| Ok(1))).unwrap();
+    assert_eq!(collect(&p, 1)[&id], Outcome::Completed(1));
+    // SAFETY: the child only submits (refused before any lock or allocation of the pool),
+    // closes and drops the pool, which must all return at once, then _exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let refused = matches!(
+            p.submit(job(|_| Ok(2))),
+            Err(e) if e.reason == RejectReason::Closed
+        );
+        p.close(true);
+        drop(p);
+        // SAFETY: ending the forked child without running the parent's destructors.
+        unsafe { libc::_exit(if refused { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child with a valid status pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{status}"
+    );
+    // The parent's workers still run jobs.
+    let id = p.submit(job(|_| Ok(3))).unwrap();
+    assert_eq!(collect(&p, 1)[&id], Outcome::Completed(3));
+}
