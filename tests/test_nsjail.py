@@ -1183,3 +1183,26 @@ def test_sandbox_backend_argument_selects_nsjail() -> None:
         assert r.ok and r.stdout == b"hi\n", r.summary()
     with pytest.raises(ValueError, match="backend"):
         Sandbox(backend="firecracker")
+
+
+_FORKED = """
+import os, sys, warnings
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
+from agentrl import Sandbox
+sb = Sandbox(backend="nsjail", max_concurrency=1)
+assert sb.run(["/bin/true"]).ok
+root = sb._root
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # the child's exit runs the finalizers it inherited
+os.waitpid(pid, 0)
+assert os.path.isdir(root), "the child removed the parent's root"
+assert sb.run(["/bin/true"]).ok
+sb.close()
+assert not os.path.exists(root)
+"""
+
+
+def test_a_forked_child_leaves_the_parents_nsjail_sandbox_alone():
+    r = subprocess.run([sys.executable, "-c", _FORKED], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -1223,10 +1223,11 @@ class NsjailSandbox(Sandbox):
         self._closed = False
         self._slots = threading.BoundedSemaphore(max_concurrency)
 
+        self._owner = os.getpid()
         self._root = tempfile.mkdtemp(prefix=f"agentrl-nsjail-{os.getpid()}-", dir=_work_parent())
         self._cgroups: _Cgroups | None = None
         self._staging: _Staging | None = None
-        self._finalizer = weakref.finalize(self, _cleanup, self._root, None, None)
+        self._finalizer = weakref.finalize(self, _cleanup, self._owner, self._root, None, None)
         try:
             os.chmod(self._root, 0o711)
             self._cgroups = _Cgroups.create(cgroup_parent)
@@ -1236,7 +1237,9 @@ class NsjailSandbox(Sandbox):
                     "boxes; pass degraded=True to accept rlimit-only enforcement"
                 )
             self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, _cleanup, self._root, self._cgroups, None)
+            self._finalizer = weakref.finalize(
+                self, _cleanup, self._owner, self._root, self._cgroups, None
+            )
             self._etc = os.path.join(self._root, "etc")
             self._make_etc()
             self._mount_args, self._mount_table, staged = self._plan_mounts(bind_list, python)
@@ -1246,7 +1249,7 @@ class NsjailSandbox(Sandbox):
                 self._staging = _Staging(stage, staged)
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(
-                    self, _cleanup, self._root, self._cgroups, self._staging
+                    self, _cleanup, self._owner, self._root, self._cgroups, self._staging
                 )
                 self._mount_args = [_restage(a, self._staging.targets) for a in self._mount_args]
         except BaseException:
@@ -1984,8 +1987,12 @@ def _classify(
     return Status.OK, pids
 
 
-def _cleanup(root: str, cgroups: _Cgroups | None, staging: _Staging | None) -> None:
-    """Removes what a sandbox made on the host (also at interpreter exit)."""
+def _cleanup(owner: int, root: str, cgroups: _Cgroups | None, staging: _Staging | None) -> None:
+    """Removes what a sandbox made on the host (also at interpreter exit), in the process that
+    made it only: a child made with fork() runs this at its exit too, and must leave the
+    parent's root and cgroups alone."""
+    if os.getpid() != owner:
+        return
     if staging is not None:
         staging.stop()
     if cgroups is not None:
