@@ -8,6 +8,8 @@ import gzip
 import json
 import random
 import re
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -591,3 +593,27 @@ def test_cli_eval(tmp_path: Path, tasks: list[FunctionTask], capsys: pytest.Capt
     assert Path(str(samples) + "_results.jsonl").exists()
     args = parser.parse_args(["eval", str(tmp_path / "missing.jsonl")])
     assert args.func(args) == 2
+
+
+_FORKED_DROP_IN = """
+import os, sys, warnings
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
+from agentrl.evaluation import check_correctness
+problem = {"task_id": "t/0", "prompt": "def f(x):\\n", "entry_point": "f",
+           "test": "def check(candidate):\\n    assert candidate(2) == 4\\n"}
+assert check_correctness(problem, "    return x * 2\\n", 3.0)["passed"]
+pid = os.fork()
+if pid == 0:  # as a multiprocessing worker started with fork would
+    r = check_correctness(problem, "    return x * 2\\n", 3.0)
+    os._exit(0 if r["passed"] else 1)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert check_correctness(problem, "    return x + 1\\n", 3.0)["result"].startswith("failed")
+"""
+
+
+def test_drop_in_check_correctness_works_in_a_forked_child() -> None:
+    r = subprocess.run(
+        [sys.executable, "-c", _FORKED_DROP_IN], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-2000:]

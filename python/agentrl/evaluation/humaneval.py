@@ -7,7 +7,6 @@ computes it.
 
 from __future__ import annotations
 
-import atexit
 import json
 import math
 import os
@@ -36,13 +35,24 @@ _shared_lock = threading.Lock()
 
 
 def _shared_evaluator() -> Evaluator:
-    """One process-wide evaluator for the function-style API (created on first use)."""
+    """One process-wide evaluator for the function-style API (created on first use; closed at
+    interpreter exit with the pool it owns)."""
     global _shared
     with _shared_lock:
         if _shared is None:
             _shared = Evaluator()
-            atexit.register(_shared.close)
         return _shared
+
+
+def _reset_after_fork() -> None:
+    # A child made with fork() (a multiprocessing worker, say) cannot use its parent's
+    # evaluator, whose workers stayed in the parent: it makes its own on first use.
+    global _shared, _shared_lock
+    _shared = None
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _task(problem: Mapping[str, Any]) -> FunctionTask:
