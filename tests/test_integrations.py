@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -315,3 +317,27 @@ def test_code_reward_prompt_sources(evaluator: Evaluator) -> None:
     assert forced(prompts=[PROMPT], completions=body, **cols) == pytest.approx([1.0])
     with pytest.raises(TypeError, match="str prompts"):
         forced(prompts=[[{"role": "user", "content": "x"}]], completions=body, **cols)
+
+
+_VERL_FORKED = """
+import json, os, sys, warnings
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
+from agentrl.integrations.verl import compute_score
+truth = json.dumps({**ROW, "prompt": PROMPT})
+assert compute_score("agentrl/code", GOOD, truth)["score"] == 1.0
+pid = os.fork()
+if pid == 0:  # a reward worker forked by the trainer after the first scores
+    r = compute_score("agentrl/code", GOOD, truth)
+    os._exit(0 if r["score"] == 1.0 else 1)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert compute_score("agentrl/code", HALF, truth)["score"] < 1.0
+"""
+
+
+def test_verl_compute_score_in_a_forked_worker() -> None:
+    setup = f"ROW = {ROW!r}\nPROMPT = {PROMPT!r}\nGOOD = {GOOD!r}\nHALF = {HALF!r}\n"
+    r = subprocess.run(
+        [sys.executable, "-c", setup + _VERL_FORKED], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -76,10 +77,18 @@ class Scorer:
         self.reward_config = reward
         self.extract_code = extract_code
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     @property
     def evaluator(self) -> Evaluator:
-        """The evaluator (created on first use when none was given)."""
+        """The evaluator (created on first use when none was given). In a child made with
+        fork() (a trainer's reward worker, say) an evaluator this scorer made in the parent
+        is left to the parent, whose workers it needs, and a new one is made here."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            if self._owned:
+                self._evaluator = None
         if self._evaluator is None:
             with self._lock:
                 if self._evaluator is None:
@@ -128,6 +137,14 @@ class Scorer:
 
 _shared_lock = threading.Lock()
 _shared: dict[str, Scorer] = {}
+
+
+def _new_lock_after_fork() -> None:
+    global _shared_lock
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def shared_scorer(key: str) -> Scorer:
