@@ -236,14 +236,18 @@ sb = Sandbox(max_concurrency=2)
 pool = SandboxPool(workers=2)
 assert sb.run(["/bin/true"]).ok and sb.run_python("print(1)").ok
 assert pool.submit(["/bin/true"]).result().ok
+session = sb.session(files={"a.txt": b"1"})
+assert session.run(["cat", "a.txt"]).stdout == b"1"
 pid = os.fork()
 if pid == 0:
     t0 = time.monotonic()
-    try:
-        sb.run(["/bin/true"])
-        sys.exit(3)
-    except SandboxError as e:
-        assert "fork" in str(e), e
+    for call in (lambda: sb.run(["/bin/true"]), lambda: session.run(["true"]), session.reset):
+        try:
+            call()
+            sys.exit(3)
+        except SandboxError as e:
+            assert "fork" in str(e), e
+    session.close()
     try:
         pool.submit(["/bin/true"])
         sys.exit(4)
@@ -255,7 +259,9 @@ if pid == 0:
     sys.exit(0)  # a normal exit: finalization and atexit run here
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0, status
-# The parent's sandbox and pool are intact.
+# The parent's sandbox, session and pool are intact.
+assert session.run(["cat", "a.txt"]).stdout == b"1"
+session.close()
 assert sb.run(["/bin/true"]).ok and sb.run_python("print(2)").stdout == b"2\\n"
 assert pool.submit_python("print(3)").result().stdout == b"3\\n"
 print(os.getpid(), flush=True)

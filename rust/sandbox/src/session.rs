@@ -37,6 +37,9 @@ pub(crate) struct State {
 pub(crate) struct Manager {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The process that started the thread: a child made with `fork()` has no such thread,
+    /// and its session handles are refused rather than left waiting for an answer.
+    owner_pid: u32,
 }
 
 impl Manager {
@@ -67,6 +70,7 @@ impl Manager {
         Ok(Manager {
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            owner_pid: std::process::id(),
         })
     }
 
@@ -75,6 +79,12 @@ impl Manager {
         &self,
         f: impl FnOnce(&mut State) -> R + Send + 'static,
     ) -> Result<R> {
+        if std::process::id() != self.owner_pid {
+            return Err(Error::setup(format!(
+                "this session belongs to process {}: a child made with fork() cannot use it",
+                self.owner_pid
+            )));
+        }
         let (tx, rx) = mpsc::channel();
         let job: Job = Box::new(move |s| {
             let _ = tx.send(f(s));
@@ -94,6 +104,9 @@ impl Manager {
     }
 
     pub(crate) fn close(&self) {
+        if std::process::id() != self.owner_pid {
+            return; // the thread is the parent's
+        }
         drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
