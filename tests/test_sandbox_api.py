@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from agentrl import AgentRLError, ExecResult, Limits, Sandbox, SandboxError, Status
-from conftest import DEFAULT_LIMITS, assert_host_clean, out, py, why
+from conftest import DEFAULT_LIMITS, assert_host_clean, out, py, wait_box_started, why
 
 FIELDS = [f.name for f in dataclasses.fields(Limits)]
 FLOAT_FIELDS = ["wall_time_s", "cpu_time_s"]
@@ -415,3 +416,38 @@ def test_host_process_stays_dumpable() -> None:
             assert box.run(["/bin/true"]).ok
             assert box.run_python("pass").ok
         assert libc.prctl(pr_get_dumpable, 0, 0, 0, 0) == 1
+
+
+_INTERRUPTED = """
+import sys, time
+from agentrl import Limits, Sandbox
+sb = Sandbox(max_concurrency=1)
+print("ready", flush=True)
+t0 = time.monotonic()
+try:
+    sb.run(["sleep", "30"], limits=Limits(wall_time_s=60, cpu_time_s=60))
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted {time.monotonic() - t0:.2f}", flush=True)
+assert sb.run(["/bin/true"]).ok  # the sandbox goes on
+sb.close()
+"""
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_ctrl_c_interrupts_a_blocking_run_and_kills_its_box(warm):
+    source = _INTERRUPTED
+    if warm:
+        source = source.replace(
+            'sb.run(["sleep", "30"],', 'sb.run_python("import time; time.sleep(30)",'
+        )
+    p = subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    wait_box_started()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 0
+    word, seconds = out.split()[:2]
+    assert word == "interrupted" and float(seconds) < 10, out
+    assert_host_clean()

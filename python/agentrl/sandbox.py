@@ -356,6 +356,8 @@ class Sandbox:
         ``files`` are written into the work dir first (relative paths); ``collect`` names
         files to hand back afterwards (never following a symlink out of the box). ``limits``
         replaces the sandbox's limits for this run; ``env`` adds to its environment.
+        The GIL is released while the run is in flight; a Ctrl-C (any signal whose handler
+        raises) kills the box and is raised here within about 0.1 s.
         """
         args, data, names = _run_args(argv, stdin, collect, limits, cwd)
         file_list = _file_list(files)

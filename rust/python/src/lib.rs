@@ -7,6 +7,7 @@
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -134,8 +135,24 @@ impl PySandbox {
             cancel: None,
         };
         let inner = self.inner.clone();
-        let r = py.detach(move || inner.run(req)).map_err(to_py)?;
-        result_dict(py, r)
+        // The run blocks this thread without the GIL; a signal (Ctrl-C) is looked for every
+        // 100 ms, and one that raises cancels the run and is raised here instead of a verdict.
+        let mut raised: Option<PyErr> = None;
+        let r = py.detach(|| {
+            inner.run_interruptible(req, Duration::from_millis(100), || {
+                match Python::attach(|py| py.check_signals()) {
+                    Ok(()) => false,
+                    Err(e) => {
+                        raised = Some(e);
+                        true
+                    }
+                }
+            })
+        });
+        if let Some(e) = raised {
+            return Err(e);
+        }
+        result_dict(py, r.map_err(to_py)?)
     }
 
     /// Creates a persistent session.

@@ -11,8 +11,10 @@
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::cgroup;
 use crate::config::{self, RunRequest, SandboxConfig, WORK_DIR};
@@ -211,7 +213,24 @@ impl Sandbox {
 
     /// Runs one program in a fresh box and returns its verdict. Blocks the calling thread.
     pub fn run(&self, req: RunRequest) -> Result<ExecResult> {
+        self.run_interruptible(req, Duration::MAX, || false)
+    }
+
+    /// [`Sandbox::run`] that asks `interrupted` about every `every` while it waits: once it
+    /// answers true, the run is cancelled (its box killed, as with [`RunRequest::cancel`]) and
+    /// the verdict, `sandbox_error`, comes back shortly after. For a binding that must notice
+    /// a Ctrl-C while a long run blocks its thread.
+    pub fn run_interruptible(
+        &self,
+        mut req: RunRequest,
+        every: Duration,
+        mut interrupted: impl FnMut() -> bool,
+    ) -> Result<ExecResult> {
         self.refuse_if_forked()?;
+        let cancel = req
+            .cancel
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
+            .clone();
         let prepared = prepare(&self.shared.config, req)?;
         let reply = Arc::new(Reply {
             slot: Mutex::new(None),
@@ -236,7 +255,22 @@ impl Sandbox {
         }
         let mut slot = reply.slot.lock().unwrap_or_else(|e| e.into_inner());
         while slot.is_none() {
-            slot = reply.cv.wait(slot).unwrap_or_else(|e| e.into_inner());
+            if every == Duration::MAX {
+                slot = reply.cv.wait(slot).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            let (s, timeout) = reply
+                .cv
+                .wait_timeout(slot, every)
+                .unwrap_or_else(|e| e.into_inner());
+            slot = s;
+            if timeout.timed_out() && slot.is_none() && !cancel.load(Ordering::SeqCst) {
+                drop(slot);
+                if interrupted() {
+                    cancel.store(true, Ordering::SeqCst);
+                }
+                slot = reply.slot.lock().unwrap_or_else(|e| e.into_inner());
+            }
         }
         Ok(slot.take().expect("checked above"))
     }
