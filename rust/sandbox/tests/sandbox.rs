@@ -378,3 +378,25 @@ fn a_forked_child_refuses_runs_and_leaves_the_parents_sandbox_alone() {
     );
     assert_eq!(sb.run(sh("true")).unwrap().status, Status::Ok);
 }
+
+#[test]
+fn an_interrupted_run_is_cancelled_and_its_box_killed() {
+    let marker = "agentrl-interrupt-test-3141";
+    let t0 = std::time::Instant::now();
+    let mut asked = 0;
+    let r = sandbox()
+        .run_interruptible(
+            sh(&format!("sleep 30; : {marker}")),
+            std::time::Duration::from_millis(50),
+            || {
+                asked += 1;
+                asked >= 4 // about 0.2 s in
+            },
+        )
+        .unwrap();
+    assert_eq!(r.status, Status::SandboxError, "{r:?}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5), "{r:?}");
+    assert_eq!(asked, 4);
+    // Nothing of the run is left on the host.
+    assert!(processes_with(marker).is_empty());
+}
