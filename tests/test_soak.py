@@ -277,3 +277,29 @@ def test_a_forked_child_refuses_the_parents_sandbox_and_leaves_it_alone():
     pid = int(out.split()[-1])
     assert not agentrl_cgroup_dirs(pid)
     assert_host_clean()
+
+
+# A process that exits while a daemon thread's run is in flight.
+_EXIT_MID_RUN = """
+import os, threading, time
+from agentrl import Limits, Sandbox
+sb = Sandbox(max_concurrency=2)
+started = threading.Event()
+def long_run():
+    started.set()
+    sb.run(["sleep", "30"], limits=Limits(wall_time_s=60, cpu_time_s=60))
+threading.Thread(target=long_run, daemon=True).start()
+started.wait()
+time.sleep(0.5)
+print(os.getpid(), flush=True)
+"""
+
+
+def test_exit_cancels_runs_in_flight_instead_of_waiting_for_them():
+    t0 = time.monotonic()
+    p = _python(_EXIT_MID_RUN)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    assert time.monotonic() - t0 < 15, "exit waited for the 30 s run"
+    assert not agentrl_cgroup_dirs(int(out.split()[-1]))
+    assert_host_clean()

@@ -445,14 +445,18 @@ class Sandbox:
 
     def close(self) -> None:
         """Waits for runs in flight, stops the slots and removes the cgroups. Idempotent.
-        A sandbox still open when the interpreter exits is closed then."""
+        A sandbox still open when the interpreter exits is closed then, its runs in flight
+        (in daemon threads, say) cancelled rather than waited for."""
+        self._close(cancel=False)
+
+    def _close(self, cancel: bool) -> None:
         if not self._closed:
             self._closed = True
             _exit.untrack(self)
-            self._inner.close()
+            self._inner.close(cancel)
 
     def _close_at_exit(self) -> None:
-        self.close()
+        self._close(cancel=True)
 
     def __enter__(self) -> Sandbox:
         return self

@@ -169,10 +169,18 @@ impl PySandbox {
         Ok(PySession { inner: s })
     }
 
-    /// Stops the slots and removes the cgroups. Idempotent.
-    fn close(&self, py: Python<'_>) {
+    /// Stops the slots and removes the cgroups. Idempotent. `cancel`: runs waiting or in
+    /// flight are cancelled (their boxes killed) rather than waited for.
+    #[pyo3(signature = (cancel=false))]
+    fn close(&self, py: Python<'_>, cancel: bool) {
         let inner = self.inner.clone();
-        py.detach(move || inner.close());
+        py.detach(move || {
+            if cancel {
+                inner.close_now()
+            } else {
+                inner.close()
+            }
+        });
     }
 
     /// "v1", "v2", or None in degraded mode.

@@ -8,10 +8,10 @@
 //! until the slot replies. One slot runs one box at a time, so no two live boxes ever share a
 //! network namespace, a cgroup or a host identity.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -89,6 +89,10 @@ pub(crate) struct Shared {
     /// Whether the host process was dumpable when the sandbox was made: the uid switches of
     /// the spawn path clear that flag, and they restore it.
     pub host_dumpable: bool,
+    /// The cancel flags of the runs waiting or in flight, by a per-sandbox number (see
+    /// [`Sandbox::close_now`]).
+    inflight: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    next_run: AtomicU64,
     /// The process that made the sandbox. A child made with `fork()` inherits a copy of this
     /// handle but none of the slot threads behind it: there it refuses runs and leaves the
     /// parent's processes and cgroups alone.
@@ -180,6 +184,8 @@ impl Sandbox {
             base_env,
             sessions: Mutex::new(None),
             owner_pid: std::process::id(),
+            inflight: Mutex::new(HashMap::new()),
+            next_run: AtomicU64::new(0),
         });
         start_slot(&shared)?;
         Ok(Sandbox { shared })
@@ -232,6 +238,7 @@ impl Sandbox {
             .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
             .clone();
         let prepared = prepare(&self.shared.config, req)?;
+        let _registered = Inflight::register(&self.shared, &cancel);
         let reply = Arc::new(Reply {
             slot: Mutex::new(None),
             cv: Condvar::new(),
@@ -324,6 +331,25 @@ impl Sandbox {
         Session::create(manager, host_id, parsed, disk_bytes, claim)
     }
 
+    /// [`Sandbox::close`] that first cancels every run waiting or in flight (their boxes are
+    /// killed, their verdicts `sandbox_error`) instead of letting them finish: for a process
+    /// on its way out.
+    pub fn close_now(&self) {
+        if self.forked() {
+            return;
+        }
+        for c in self
+            .shared
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            c.store(true, Ordering::SeqCst);
+        }
+        self.close();
+    }
+
     /// Stops the slots after the queued runs finish, and removes the cgroups.
     pub fn close(&self) {
         if self.forked() {
@@ -388,6 +414,34 @@ impl Sandbox {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .slots
+    }
+}
+
+/// A run's cancel flag, listed in `Shared::inflight` while the run waits or runs.
+struct Inflight<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl<'a> Inflight<'a> {
+    fn register(shared: &'a Shared, cancel: &Arc<AtomicBool>) -> Inflight<'a> {
+        let id = shared.next_run.fetch_add(1, Ordering::Relaxed);
+        shared
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, cancel.clone());
+        Inflight { shared, id }
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
     }
 }
 
