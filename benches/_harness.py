@@ -314,6 +314,8 @@ def latency_verdicts(medians_ms: dict[str, float]) -> list[str]:
 
 # Filled by bench_sandbox.py (group -> who -> median seconds per run), printed by conftest.py.
 RESULTS: dict[str, dict[str, float]] = {}
+NOTES: list[str] = []
+"""Lines a benchmark module derives from its medians, printed after the tables."""
 
 
 def summary_lines(results: dict[str, dict[str, float]]) -> list[str]:
