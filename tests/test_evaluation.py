@@ -598,21 +598,27 @@ def test_cli_eval(tmp_path: Path, tasks: list[FunctionTask], capsys: pytest.Capt
 _FORKED_DROP_IN = """
 import os, sys, warnings
 warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads (3.12+)
-from agentrl.evaluation import check_correctness
+from agentrl.evaluation import Evaluator, FunctionTask, check_correctness
 problem = {"task_id": "t/0", "prompt": "def f(x):\\n", "entry_point": "f",
            "test": "def check(candidate):\\n    assert candidate(2) == 4\\n"}
 assert check_correctness(problem, "    return x * 2\\n", 3.0)["passed"]
+ev = Evaluator(workers=1)
+task = FunctionTask("t/1", problem["prompt"], problem["test"], "f")
+assert ev.judge(task, "    return x * 2\\n").passed
 pid = os.fork()
 if pid == 0:  # as a multiprocessing worker started with fork would
     r = check_correctness(problem, "    return x * 2\\n", 3.0)
-    os._exit(0 if r["passed"] else 1)
+    ok = r["passed"] and ev.judge(task, "    return x * 2\\n").passed
+    os._exit(0 if ok else 1)
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0, status
 assert check_correctness(problem, "    return x + 1\\n", 3.0)["result"].startswith("failed")
+assert not ev.judge(task, "    return x + 1\\n").passed
+ev.close()
 """
 
 
-def test_drop_in_check_correctness_works_in_a_forked_child() -> None:
+def test_an_evaluator_and_the_drop_ins_work_in_a_forked_child() -> None:
     r = subprocess.run(
         [sys.executable, "-c", _FORKED_DROP_IN], capture_output=True, text=True, timeout=120
     )

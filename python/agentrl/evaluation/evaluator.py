@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 from agentrl.evaluation import _box
 from agentrl.evaluation.compare import outputs_match
@@ -200,16 +201,18 @@ class Evaluator:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
         self._base_limits = limits or Limits()
+        self._pool_args: dict[str, Any] = {}
         if pool is None:
             n = workers if workers is not None else 2 * (os.cpu_count() or 1)
-            self._pool = SandboxPool(
-                workers=n,
-                sandbox={
+            self._pool_args = {
+                "workers": n,
+                "sandbox": {
                     "preimports": _PREIMPORTS,
                     "preload": {PRELOADED_HARNESS: _harness_source()},
                     "max_concurrency": n,
                 },
-            )
+            }
+            self._pool = SandboxPool(**self._pool_args)
             self._owns_pool = True
         elif isinstance(pool, SandboxPool):
             if workers is not None:
@@ -221,10 +224,19 @@ class Evaluator:
         self._preloaded = self._owns_pool
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
 
     @property
     def pool(self) -> SandboxPool:
-        """The pool the runs go to."""
+        """The pool the runs go to. In a child made with fork() (a multiprocessing worker, a
+        trainer's reward worker), an Evaluator that made its pool makes a new one there on
+        first use: the parent's workers stayed in the parent. A borrowed pool refuses jobs
+        there (``PoolClosed``)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()  # a copy of it may be held by a thread not here
+            if self._owns_pool and not self._closed:
+                self._pool = SandboxPool(**self._pool_args)
         return self._pool
 
     @property
@@ -268,11 +280,11 @@ class Evaluator:
         limits = self.limits_for(t)
         if isinstance(task, FunctionTask):
             source, stdin, nonce, files = self._function_job(task, completion, t)
-            fut = self._pool.submit_python(source, stdin=stdin, files=files, limits=limits)
+            fut = self.pool.submit_python(source, stdin=stdin, files=files, limits=limits)
             return [fut], nonce
+        pool = self.pool
         futs = [
-            self._pool.submit_python(completion, stdin=case.input, limits=limits)
-            for case in task.cases
+            pool.submit_python(completion, stdin=case.input, limits=limits) for case in task.cases
         ]
         return futs, ""
 
@@ -361,11 +373,10 @@ class Evaluator:
         nonce = ""
         if isinstance(task, FunctionTask):
             source, stdin, nonce, files = self._function_job(task, completion, t)
-            jobs = [self._pool.run_python(source, stdin=stdin, files=files, limits=limits)]
+            jobs = [self.pool.run_python(source, stdin=stdin, files=files, limits=limits)]
         else:
-            jobs = [
-                self._pool.run_python(completion, stdin=c.input, limits=limits) for c in task.cases
-            ]
+            pool = self.pool
+            jobs = [pool.run_python(completion, stdin=c.input, limits=limits) for c in task.cases]
         outcomes: list[ExecResult | BaseException] = []
         try:
             for r in await asyncio.gather(*jobs, return_exceptions=True):

@@ -44,15 +44,14 @@ def _shared_evaluator() -> Evaluator:
         return _shared
 
 
-def _reset_after_fork() -> None:
-    # A child made with fork() (a multiprocessing worker, say) cannot use its parent's
-    # evaluator, whose workers stayed in the parent: it makes its own on first use.
-    global _shared, _shared_lock
-    _shared = None
+def _new_lock_after_fork() -> None:
+    # A child made with fork() (a multiprocessing worker, say) may get a copy of the lock held
+    # by a thread it does not have. (The shared evaluator itself makes a new pool there.)
+    global _shared_lock
     _shared_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def _task(problem: Mapping[str, Any]) -> FunctionTask:

@@ -81,14 +81,11 @@ class Scorer:
 
     @property
     def evaluator(self) -> Evaluator:
-        """The evaluator (created on first use when none was given). In a child made with
-        fork() (a trainer's reward worker, say) an evaluator this scorer made in the parent
-        is left to the parent, whose workers it needs, and a new one is made here."""
+        """The evaluator (created on first use when none was given; in a child made with
+        fork(), it makes its own pool)."""
         if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            if self._owned:
-                self._evaluator = None
+            # A copy of the lock made by fork() may be held by a thread the child lacks.
+            self._pid, self._lock = os.getpid(), threading.Lock()
         if self._evaluator is None:
             with self._lock:
                 if self._evaluator is None:
