@@ -182,18 +182,21 @@ time.sleep(60)
 
 
 def _python(source: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", source], stdout=subprocess.PIPE, text=True, env=dict(os.environ)
-    )
+    return subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, text=True)
+
+
+def _run_to_end(source: str) -> None:
+    """Runs ``source`` (which prints its pid last) in a new interpreter to a clean exit, then
+    checks the host: none of its cgroups and no box process is left."""
+    p = _python(source)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    assert not agentrl_cgroup_dirs(int(out.split()[-1]))
+    assert_host_clean()
 
 
 def test_what_a_process_never_closed_is_closed_at_exit():
-    p = _python(_UNCLOSED)
-    out, _ = p.communicate(timeout=120)
-    assert p.returncode == 0
-    pid = int(out.split()[-1])
-    assert not agentrl_cgroup_dirs(pid)
-    assert_host_clean()
+    _run_to_end(_UNCLOSED)
 
 
 def _bases(dirs: set[str], pid: int) -> set[Path]:
@@ -271,12 +274,7 @@ sb.close()
 
 
 def test_a_forked_child_refuses_the_parents_sandbox_and_leaves_it_alone():
-    p = _python(_FORKED)
-    out, _ = p.communicate(timeout=120)
-    assert p.returncode == 0
-    pid = int(out.split()[-1])
-    assert not agentrl_cgroup_dirs(pid)
-    assert_host_clean()
+    _run_to_end(_FORKED)
 
 
 # A process that exits while a daemon thread's run is in flight.
@@ -297,9 +295,5 @@ print(os.getpid(), flush=True)
 
 def test_exit_cancels_runs_in_flight_instead_of_waiting_for_them():
     t0 = time.monotonic()
-    p = _python(_EXIT_MID_RUN)
-    out, _ = p.communicate(timeout=120)
-    assert p.returncode == 0
+    _run_to_end(_EXIT_MID_RUN)
     assert time.monotonic() - t0 < 15, "exit waited for the 30 s run"
-    assert not agentrl_cgroup_dirs(int(out.split()[-1]))
-    assert_host_clean()
