@@ -501,9 +501,8 @@ fn remove_cgroup_dir(path: &Path, fake: bool) -> io::Result<()> {
 
 /// Whether `dir` or a cgroup below it holds a process (or cannot be read).
 fn tree_has_processes(dir: &Path) -> bool {
-    match fs::read(dir.join("cgroup.procs")) {
-        Ok(d) if parse_pids(&d).is_empty() => {}
-        _ => return true,
+    if has_processes(dir).unwrap_or(true) {
+        return true;
     }
     let Ok(entries) = fs::read_dir(dir) else {
         return true;
