@@ -496,7 +496,7 @@ pub fn serve(
     own_env: &[u8],
 ) -> std::io::Result<Option<Option<Env>>> {
     loop {
-        let Some(fds) = interp.blocking(|| receive_request(ctl))? else {
+        let Some((mut payload, fds)) = interp.blocking(|| receive_request(ctl))? else {
             return Ok(None);
         };
         interp.before_fork();
@@ -519,7 +519,7 @@ pub fn serve(
         let (pid, init_pid, init_fd) = match forked {
             Ok(f) => f,
             Err(e) => {
-                forget_request();
+                wipe(&mut payload);
                 close_all(&fds);
                 fdpass::send(ctl, format!("E{e}").as_bytes(), &[])?;
                 continue;
@@ -527,9 +527,9 @@ pub fn serve(
         };
         if pid == 0 {
             drop(init_fd);
-            return Ok(Some(child_setup_pending(&fds, own_env)));
+            return Ok(Some(child_setup(&payload, &fds, own_env)));
         }
-        forget_request();
+        wipe(&mut payload);
         close_all(&fds);
         // SAFETY: pidfd_open on our own child, not yet reaped.
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -724,24 +724,14 @@ extern "C" fn init_entry(arg: *mut libc::c_void) -> libc::c_int {
 /// The interpreter's own pid namespace (opened once).
 static OWN_PID_NS: OnceLock<std::io::Result<OwnedFd>> = OnceLock::new();
 
-/// The request being served (kept here, not in Python objects, so that it can be wiped
-/// before the next fork copies the interpreter's memory into another run).
-static REQUEST: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
-
-/// Receives the next request on the control socket; keeps its payload for
-/// [`child_setup_pending`] and returns its fds, or `None` at end of file.
-pub fn receive_request(ctl: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Option<Vec<RawFd>>> {
+/// Receives the next request on the control socket: its payload and fds, or `None` at end of
+/// file. The caller wipes the payload once the run is forked (see `wipe`).
+fn receive_request(
+    ctl: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<Option<(Vec<u8>, Vec<RawFd>)>> {
     use std::os::fd::IntoRawFd;
-    match fdpass::recv(ctl, None)? {
-        None => Ok(None),
-        Some((mut data, fds)) => {
-            let mut req = REQUEST.lock().unwrap_or_else(|e| e.into_inner());
-            wipe(&mut req);
-            req.extend_from_slice(&data);
-            wipe(&mut data);
-            Ok(Some(fds.into_iter().map(|f| f.into_raw_fd()).collect()))
-        }
-    }
+    Ok(fdpass::recv(ctl, None)?
+        .map(|(data, fds)| (data, fds.into_iter().map(|f| f.into_raw_fd()).collect())))
 }
 
 /// SIGKILLs the interpreter's own child `pid` and reaps it (for the run's init: once its pid
@@ -782,23 +772,14 @@ pub fn report_exit(
     Ok(())
 }
 
-/// Wipes the request (in the interpreter, once the run is forked).
-pub fn forget_request() {
-    wipe(&mut REQUEST.lock().unwrap_or_else(|e| e.into_inner()));
-}
-
+/// Wipes a request (in the interpreter, once the run is forked): nothing of one run's request
+/// stays in the memory the next fork copies into another run.
 fn wipe(v: &mut Vec<u8>) {
     for b in v.iter_mut() {
         // SAFETY: writing a zero to a valid &mut u8; volatile so the wipe is not elided.
         unsafe { std::ptr::write_volatile(b, 0) };
     }
     v.clear();
-}
-
-/// [`child_setup`] with the request received by [`receive_request`].
-pub fn child_setup_pending(fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
-    let payload = std::mem::take(&mut *REQUEST.lock().unwrap_or_else(|e| e.into_inner()));
-    child_setup(&payload, fds, own_env)
 }
 
 /// Makes the interpreter's next child the init of a new pid namespace. A process may unshare
