@@ -410,7 +410,7 @@ pub fn encode_env<'a>(entries: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u
 pub type Env = Vec<(String, String)>;
 
 /// A decoded request.
-pub struct Request {
+struct Request {
     pub network: bool,
     pub rlimits: Vec<(u32, libc::rlimit64)>,
     pub cwd: CString,
@@ -421,7 +421,7 @@ pub struct Request {
 /// Parses a request payload. `own_env` is the interpreter's own environment as
 /// [`encode_env`] writes it: a request with that very environment decodes it as `None`
 /// (nothing to build or to install, the common case).
-pub fn decode(p: &[u8], own_env: &[u8]) -> Option<Request> {
+fn decode(p: &[u8], own_env: &[u8]) -> Option<Request> {
     let mut i = 0usize;
     let take = |i: &mut usize, n: usize| -> Option<&[u8]> {
         let s = p.get(*i..*i + n)?;
@@ -617,7 +617,7 @@ static INIT_STACK: std::sync::Mutex<Option<ChildStack>> = std::sync::Mutex::new(
 /// `SIGCHLD` ignored (the kernel then reaps the orphans it inherits), killed if the
 /// interpreter dies, no fds, no capabilities, `no_new_privs`. It stays root of the
 /// interpreter's user namespace, so the run (the box user) can neither signal nor trace it.
-pub fn spawn_init() -> std::io::Result<(libc::pid_t, OwnedFd)> {
+fn spawn_init() -> std::io::Result<(libc::pid_t, OwnedFd)> {
     let mut guard = INIT_STACK.lock().unwrap_or_else(|e| e.into_inner());
     if guard.is_none() {
         *guard = Some(ChildStack::new(64 << 10)?);
@@ -750,7 +750,7 @@ fn kill_and_reap(pid: libc::pid_t) {
 ///
 /// Nothing here allocates: until the release, the run's files may still fill the slot's
 /// memory, and an allocation would get the interpreter itself OOM-killed.
-pub fn report_exit(
+fn report_exit(
     ctl: std::os::fd::BorrowedFd<'_>,
     pid: libc::pid_t,
     init: libc::pid_t,
@@ -785,7 +785,7 @@ fn wipe(v: &mut Vec<u8>) {
 /// Makes the interpreter's next child the init of a new pid namespace. A process may unshare
 /// its children's pid namespace only while that is still its own, so it first goes back to
 /// its own (`setns`), then unshares afresh.
-pub fn unshare_pid() -> std::io::Result<()> {
+fn unshare_pid() -> std::io::Result<()> {
     let own =
         OWN_PID_NS.get_or_init(|| std::fs::File::open("/proc/self/ns/pid").map(OwnedFd::from));
     let own = own
@@ -811,7 +811,7 @@ pub fn unshare_pid() -> std::io::Result<()> {
 /// reports the step on the status pipe and exits with status 126. A seventh fd, the "go"
 /// pipe, is read once everything else is done: the supervisor writes to it after moving
 /// this process into the slot's cgroup.
-pub fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
+fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
     let status = fds.get(4).copied().unwrap_or(-1);
     let fail = |step: Step, errno: i32| -> ! {
         let mut rec = [0u8; 8];
