@@ -226,6 +226,29 @@ def sb() -> Iterator[Sandbox]:
         yield box
 
 
+def native_runner(sb: Sandbox, path: str) -> Callable[..., ExecResult]:
+    """Runs dedented Python source in a box of ``sb`` by ``path``: ``warm`` is
+    ``run_python`` (a fork of the slot's warm interpreter), ``cold`` a fresh interpreter. The
+    function's ``path`` attribute names it."""
+
+    def go(source: str, **kw: object) -> ExecResult:
+        source = textwrap.dedent(source)
+        if path == "warm":
+            return sb.run_python(source, **kw)  # type: ignore[arg-type]
+        files = {**(kw.pop("files", None) or {}), "__main__.py": source}  # type: ignore[dict-item]
+        return sb.run([sb.python, "-I", "__main__.py"], files=files, **kw)  # type: ignore[arg-type]
+
+    go.path = path  # type: ignore[attr-defined]
+    return go
+
+
+@pytest.fixture(params=["warm", "cold"])
+def run_py(request: pytest.FixtureRequest, sb: Sandbox) -> Callable[..., ExecResult]:
+    """Runs dedented Python source in a box of ``sb``, once per path (see
+    :func:`native_runner`)."""
+    return native_runner(sb, request.param)
+
+
 @pytest.fixture
 def clean_host() -> Iterator[None]:
     """Asserts that no box process is alive before and after the test."""

@@ -39,6 +39,7 @@ from conftest import (
     assert_host_clean,
     host_proc_count,
     host_procs_of_box_uids,
+    native_runner,
     out,
     py,
     wait_box_started,
@@ -92,21 +93,17 @@ def nj() -> Iterator[NsjailSandbox]:
 
 @pytest.fixture(params=["warm", "cold", "nsjail"])
 def run_py(request: pytest.FixtureRequest, sb: Sandbox) -> Callable[..., ExecResult]:
-    """Runs dedented Python source once per path: ``warm`` is the native ``run_python`` (a
-    fork of the slot's warm interpreter), ``cold`` a fresh interpreter in a native box,
-    ``nsjail`` the nsjail backend's ``run_python``."""
-    nj = request.getfixturevalue("nj") if request.param == "nsjail" else None
+    """Runs dedented Python source once per path: the native backend's ``warm`` and ``cold``
+    paths (see ``conftest.native_runner``), and ``nsjail``, the nsjail backend's
+    ``run_python``."""
+    if request.param != "nsjail":
+        return native_runner(sb, request.param)
+    nj = request.getfixturevalue("nj")
 
     def go(source: str, **kw: object) -> ExecResult:
-        source = textwrap.dedent(source)
-        if nj is not None:
-            return nj.run_python(source, **kw)  # type: ignore[arg-type]
-        if request.param == "warm":
-            return sb.run_python(source, **kw)  # type: ignore[arg-type]
-        files = {**(kw.pop("files", None) or {}), "__main__.py": source}  # type: ignore[dict-item]
-        return sb.run([sb.python, "-I", "__main__.py"], files=files, **kw)  # type: ignore[arg-type]
+        return nj.run_python(textwrap.dedent(source), **kw)  # type: ignore[arg-type]
 
-    go.path = request.param  # type: ignore[attr-defined]
+    go.path = "nsjail"  # type: ignore[attr-defined]
     return go
 
 
