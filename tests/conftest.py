@@ -226,6 +226,28 @@ def sb() -> Iterator[Sandbox]:
         yield box
 
 
+@pytest.fixture(scope="session")
+def nj() -> Iterator[Sandbox]:
+    """The nsjail backend's sandbox (skipped, with the reason, where nsjail cannot be found or
+    installed, or without root)."""
+    from agentrl.nsjail import NsjailSandbox
+    from nsjail_support import nsjail_unavailable
+
+    reason = nsjail_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with NsjailSandbox(
+        DEFAULT_LIMITS, env={"AGENTRL_TEST_MARK": SESSION_MARK}, max_concurrency=4
+    ) as box:
+        yield box
+
+
+@pytest.fixture(params=["native", "nsjail"])
+def box(request: pytest.FixtureRequest, sb: Sandbox) -> Sandbox:
+    """The native sandbox and the nsjail backend's, in turn."""
+    return sb if request.param == "native" else request.getfixturevalue("nj")
+
+
 def native_runner(sb: Sandbox, path: str) -> Callable[..., ExecResult]:
     """Runs dedented Python source in a box of ``sb`` by ``path``: ``warm`` is
     ``run_python`` (a fork of the slot's warm interpreter), ``cold`` a fresh interpreter. The
@@ -242,11 +264,28 @@ def native_runner(sb: Sandbox, path: str) -> Callable[..., ExecResult]:
     return go
 
 
-@pytest.fixture(params=["warm", "cold"])
+@pytest.fixture(params=["warm", "cold", "nsjail"])
 def run_py(request: pytest.FixtureRequest, sb: Sandbox) -> Callable[..., ExecResult]:
-    """Runs dedented Python source in a box of ``sb``, once per path (see
-    :func:`native_runner`)."""
-    return native_runner(sb, request.param)
+    """Runs dedented Python source once per path: the native backend's ``warm`` path
+    (``run_python``, a fork of the slot's warm interpreter) and ``cold`` path (a fresh
+    interpreter), and ``nsjail``, the nsjail backend's ``run_python``. The function's ``path``
+    attribute names the path."""
+    if request.param != "nsjail":
+        return native_runner(sb, request.param)
+    nj = request.getfixturevalue("nj")
+
+    def go(source: str, **kw: object) -> ExecResult:
+        return nj.run_python(textwrap.dedent(source), **kw)  # type: ignore[arg-type]
+
+    go.path = "nsjail"  # type: ignore[attr-defined]
+    return go
+
+
+def is_nsjail(how: object) -> bool:
+    """Whether a ``run_py`` or a ``box`` is the nsjail backend's."""
+    from agentrl.nsjail import NsjailSandbox
+
+    return isinstance(how, NsjailSandbox) or getattr(how, "path", None) == "nsjail"
 
 
 @pytest.fixture

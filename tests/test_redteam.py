@@ -22,24 +22,21 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentrl import ExecResult, Sandbox, Status
-from agentrl.nsjail import NsjailSandbox
+from agentrl import Sandbox, Status
 from conftest import (
     BOX_UID_BASE,
     BOX_UID_RANGE,
     DEFAULT_LIMITS,
-    SESSION_MARK,
     assert_host_clean,
     host_proc_count,
     host_procs_of_box_uids,
-    native_runner,
+    is_nsjail,
     out,
     py,
     wait_box_started,
@@ -68,7 +65,6 @@ from nsjail_support import (
     NSJAIL_BOX_IDS,
     assert_no_nsjail_box_left,
     nsjail_box_procs,
-    nsjail_unavailable,
 )
 
 pytestmark = pytest.mark.usefixtures("clean_host")
@@ -77,45 +73,7 @@ SHORT = DEFAULT_LIMITS.replace(wall_time_s=1.5)
 NATIVE_BOX_IDS = range(BOX_UID_BASE, BOX_UID_BASE + BOX_UID_RANGE)
 
 
-# --- the paths a program can take, and the host checks of both backends -----------------------
-
-
-@pytest.fixture(scope="module")
-def nj() -> Iterator[NsjailSandbox]:
-    reason = nsjail_unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    with NsjailSandbox(
-        DEFAULT_LIMITS, env={"AGENTRL_TEST_MARK": SESSION_MARK}, max_concurrency=4
-    ) as box:
-        yield box
-
-
-@pytest.fixture(params=["warm", "cold", "nsjail"])
-def run_py(request: pytest.FixtureRequest, sb: Sandbox) -> Callable[..., ExecResult]:
-    """Runs dedented Python source once per path: the native backend's ``warm`` and ``cold``
-    paths (see ``conftest.native_runner``), and ``nsjail``, the nsjail backend's
-    ``run_python``."""
-    if request.param != "nsjail":
-        return native_runner(sb, request.param)
-    nj = request.getfixturevalue("nj")
-
-    def go(source: str, **kw: object) -> ExecResult:
-        return nj.run_python(textwrap.dedent(source), **kw)  # type: ignore[arg-type]
-
-    go.path = "nsjail"  # type: ignore[attr-defined]
-    return go
-
-
-@pytest.fixture(params=["native", "nsjail"])
-def box(request: pytest.FixtureRequest, sb: Sandbox) -> Sandbox | NsjailSandbox:
-    """The native sandbox and the nsjail backend's, in turn."""
-    return sb if request.param == "native" else request.getfixturevalue("nj")
-
-
-def nsjail(how: object) -> bool:
-    """Whether a ``run_py`` or ``box`` is the nsjail backend's."""
-    return isinstance(how, NsjailSandbox) or getattr(how, "path", None) == "nsjail"
+# --- host checks of both backends ---------------------------------------------------------
 
 
 def assert_clean(timeout: float = 2.0) -> None:
@@ -140,7 +98,7 @@ def sha(path: str | Path) -> str:
 
 def test_fork_bomb_is_contained(run_py):
     baseline, peak, stop = host_proc_count(), [0], threading.Event()
-    procs = nsjail_box_procs if nsjail(run_py) else host_procs_of_box_uids
+    procs = nsjail_box_procs if is_nsjail(run_py) else host_procs_of_box_uids
 
     def sample():
         while not stop.is_set():
@@ -165,7 +123,7 @@ def test_fork_bomb_is_contained(run_py):
 def test_fork_until_eagain_stops_at_max_pids(box):
     r = py(box, FORK_UNTIL_EAGAIN, limits=SHORT.replace(max_pids=10))
     n, err = out(r).split()
-    most = 8 if nsjail(box) else 9
+    most = 8 if is_nsjail(box) else 9
     assert int(n) <= most and int(err) == errno.EAGAIN and r.limit == "pids", why(r)
 
 
@@ -178,7 +136,7 @@ def test_memory_bomb(run_py, kind):
         assert r.status in (Status.MEMORY_LIMIT, Status.RUNTIME_ERROR), why(r)
     else:
         assert r.status is Status.MEMORY_LIMIT and r.limit == "memory", why(r)
-    if nsjail(run_py):  # read from the run's own cgroup, which outlives the run
+    if is_nsjail(run_py):  # read from the run's own cgroup, which outlives the run
         assert r.peak_memory_bytes is not None
     assert r.peak_memory_bytes is None or r.peak_memory_bytes <= (129 << 20)
 
@@ -235,7 +193,7 @@ def test_output_flood_is_capped(box, stream, endless):
 def test_filling_tmpfs_gets_enospc_and_nothing_reaches_host(box):
     name = f"agentrl-fill-{os.urandom(6).hex()}"
     # nsjail's /work is a bind of a host directory, not a tmpfs of tmpfs_bytes.
-    dirs = ("/tmp", "/dev/shm") if nsjail(box) else ("/work", "/tmp", "/dev/shm")
+    dirs = ("/tmp", "/dev/shm") if is_nsjail(box) else ("/work", "/tmp", "/dev/shm")
     src = f"""
     import errno
     res = {{}}
@@ -380,7 +338,7 @@ def test_tcp_and_raw_sockets_refused(run_py, tcp_listener):
     r = run_py(src)
     assert r.ok and out(r).split() == ["ERR", str(errno.EAFNOSUPPORT)] * 5, why(r)
     # nsjail cannot say which call was refused.
-    assert r.denied_syscalls == () if nsjail(run_py) else "socket" in r.denied_syscalls
+    assert r.denied_syscalls == () if is_nsjail(run_py) else "socket" in r.denied_syscalls
     assert not select.select([tcp_listener], [], [], 0.2)[0], "the host listener got a connection"
 
 
@@ -518,7 +476,7 @@ def test_denied_syscall(run_py, name):
     src = f"r, e = {SYSCALLS[name]}\nif r == 0 and {name!r} == 'clone': os._exit(0)\n"
     r = run_py(CTYPES_PRELUDE + src + "print(json.dumps([r, e]))")
     assert r.ok and json.loads(r.stdout) == [-1, errno.EPERM], why(r)
-    assert r.denied_syscalls == () if nsjail(run_py) else name in r.denied_syscalls, why(r)
+    assert r.denied_syscalls == () if is_nsjail(run_py) else name in r.denied_syscalls, why(r)
 
 
 def test_refused_ioctl_not_bypassed_by_high_bits(run_py):
@@ -541,7 +499,7 @@ print(json.dumps(sc(0x40000000 | 39)))  # x32 getpid: the native filter kills th
     lines = r.stdout.splitlines()
     clone3, unknown = json.loads(lines[0])
     assert clone3 == [-1, errno.ENOSYS] and unknown == [-1, errno.ENOSYS], why(r)
-    if nsjail(run_py):  # Kafel's default catches x32 numbers: refused, not killed
+    if is_nsjail(run_py):  # Kafel's default catches x32 numbers: refused, not killed
         assert r.ok and json.loads(lines[1]) == [-1, errno.ENOSYS], why(r)
     else:
         assert r.status is Status.SIGNALED and r.signal == signal.SIGSYS, why(r)
@@ -593,7 +551,7 @@ def test_chroot_escape_fails(run_py):
     """
     r = run_py(src)
     assert r.ok and out(r).startswith(f"ERR {errno.EPERM}"), why(r)
-    assert nsjail(run_py) or "chroot" in r.denied_syscalls
+    assert is_nsjail(run_py) or "chroot" in r.denied_syscalls
     top = out(r).splitlines()[1]  # the box's own root, nothing of the host
     assert "'work'" in top and not any(f"'{d}'" in top for d in ("boot", "var", "sys")), top
 
@@ -622,7 +580,7 @@ def test_proc_sys_writes_fail_and_host_unchanged(run_py):
     r = run_py(src)
     res = json.loads(r.stdout)
     ro = res.pop("ro")  # nsjail mounts /proc/sys with the rest of /proc read-only
-    assert r.ok and (nsjail(run_py) or ro == ["ro"]), why(r)
+    assert r.ok and (is_nsjail(run_py) or ro == ["ro"]), why(r)
     assert all(v in (errno.EROFS, errno.EACCES, errno.EPERM) for v in res.values()), res
     assert before == {k: Path(f"/proc/sys/{k}").read_text() for k in keys}
 
@@ -636,7 +594,7 @@ def test_identity_caps_and_hostname(run_py):
     assert res["host"] == ["sandbox"] * 3 and socket.gethostname() != "sandbox"
     # Every id of the box's user namespace (the box user 1000, and the native backend's root
     # of the box) is one unprivileged host id of the backend's range, never host root.
-    host_ids = NSJAIL_BOX_IDS if nsjail(run_py) else NATIVE_BOX_IDS
+    host_ids = NSJAIL_BOX_IDS if is_nsjail(run_py) else NATIVE_BOX_IDS
     triples = [uid_map[i : i + 3] for i in range(0, len(uid_map), 3)]
     assert any(inside == "1000" for inside, _, _ in triples), uid_map
     assert all(int(host) in host_ids and n == "1" for _, host, n in triples), uid_map
@@ -660,7 +618,7 @@ def test_setuid_binaries_gain_nothing(box):
     for name, rc, text in res["res"]:
         assert rc != 0 and not text.strip().startswith("0"), (name, text)
     # nsjail binds the host's root as it is (no_new_privs alone keeps set-uid bits inert).
-    assert nsjail(box) or "nosuid" in res["usr"][0]
+    assert is_nsjail(box) or "nosuid" in res["usr"][0]
     assert before == {p: sha(p) for p in before}
 
 
@@ -692,7 +650,7 @@ def test_minimal_dev_and_no_mknod(run_py):
     listed = set(json.loads(out(r).splitlines()[0]))
     assert {"null", "zero", "full", "random", "urandom", "shm"} <= listed, listed
     allowed = {"null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr"}
-    assert listed <= allowed | ({"shm"} if nsjail(run_py) else {"shm", "ptmx", "pts", "tty"}), (
+    assert listed <= allowed | ({"shm"} if is_nsjail(run_py) else {"shm", "ptmx", "pts", "tty"}), (
         listed
     )
 
@@ -701,7 +659,7 @@ def test_host_environment_not_leaked(run_py, monkeypatch):
     secret = os.urandom(12).hex()
     monkeypatch.setenv("AGENTRL_HOST_SECRET", secret)
     src = "import os\nprint(dict(os.environ))\nprint(open('/proc/self/environ', 'rb').read())"
-    if nsjail(run_py):  # its init runs as the box user: its environment is readable too
+    if is_nsjail(run_py):  # its init runs as the box user: its environment is readable too
         src += "\nprint(open('/proc/1/environ', 'rb').read())"
     r = run_py(src)
     assert r.ok and secret.encode() not in r.stdout, why(r)
