@@ -117,6 +117,7 @@ from agentrl.sandbox import (
     _check_common,
     _env_pairs,
     _interpreter_paths,
+    _python_files,
     _run_args,
 )
 
@@ -1442,12 +1443,7 @@ class NsjailSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
         """Runs Python ``source`` as ``/work/__main__.py`` (``python -I __main__.py``)."""
-        if not isinstance(source, str):
-            raise TypeError("source must be a str")
-        all_files = dict(files or {})
-        if "__main__.py" in all_files:
-            raise ValueError("files: __main__.py is the program itself; pass it as source")
-        all_files["__main__.py"] = source
+        all_files = _python_files(source, files)
         return self.run(
             [self._python, "-I", "__main__.py"],
             stdin=stdin,

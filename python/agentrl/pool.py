@@ -29,7 +29,7 @@ from agentrl.jobs import (
 )
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
-from agentrl.sandbox import Sandbox, _env_pairs, _file_list, _run_args
+from agentrl.sandbox import Sandbox, _env_pairs, _file_list, _python_files, _run_args
 
 __all__ = [
     "JobExpired",
@@ -146,12 +146,7 @@ class SandboxPool(_JobPool):
         files = kw.get("files")
         warm = False
         if python:
-            if not isinstance(argv, str):
-                raise TypeError("source must be a str")
-            files = dict(files or {})
-            if "__main__.py" in files:
-                raise ValueError("files: __main__.py is the program itself; pass it as source")
-            files["__main__.py"] = argv
+            files = _python_files(argv, files)
             argv = [self._sandbox.python, "-I", "__main__.py"]
             warm = self._sandbox.warm
         limits = kw.get("limits") or self._limits

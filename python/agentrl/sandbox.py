@@ -200,6 +200,21 @@ def _run_args(
     return args, data, names
 
 
+def _python_files(
+    source: object, files: Mapping[str, bytes | str] | None
+) -> dict[str, bytes | str]:
+    """The files of a ``run_python``: ``files`` with ``source`` as ``__main__.py``."""
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, got {type(source).__name__}")
+    if files is not None and not isinstance(files, Mapping):
+        raise TypeError(
+            f"files must be a mapping of relative path to bytes or str, got {type(files).__name__}"
+        )
+    if files and "__main__.py" in files:
+        raise ValueError("files: __main__.py is the program itself; pass it as source")
+    return {**(files or {}), "__main__.py": source}
+
+
 def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     if files is None:
@@ -391,16 +406,10 @@ class Sandbox:
         limits and verdict as :meth:`run`, at a fraction of the start-up cost. Otherwise it
         starts ``python -I __main__.py``.
         """
-        if not isinstance(source, str):
-            raise TypeError("source must be a str")
-        all_files = dict(files or {})
-        if "__main__.py" in all_files:
-            raise ValueError("files: __main__.py is the program itself; pass it as source")
-        all_files["__main__.py"] = source
         return self.run(
             [self._python, "-I", "__main__.py"],
             stdin=stdin,
-            files=all_files,
+            files=_python_files(source, files),
             collect=collect,
             limits=limits,
             env=env,
