@@ -12,6 +12,7 @@ an ``AgentRLError``. A Rust panic would surface as ``pyo3_runtime.PanicException
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -251,3 +252,69 @@ def test_sessions_and_snapshots_misused(fuzz_sb):
     r = b.run(["/bin/cat", "f"])
     assert r.ok and r.stdout == b"b"
     b.close()
+
+
+# --- the pool: a refused batch submits nothing, an accepted job gets exactly one outcome ------
+
+SCHED_VALID = {
+    "group": st.integers(0, 3),
+    "priority": st.integers(-5, 5),
+    "deadline": st.one_of(st.none(), st.floats(min_value=5.0, max_value=30.0)),
+}
+SCHED_HOSTILE = {
+    "group": hostile_numbers,
+    "priority": hostile_numbers,
+    "deadline": st.one_of(st.sampled_from([-1.0, 0.0, math.nan, math.inf]), hostile_numbers),
+}
+
+
+@pytest.fixture(scope="module")
+def fuzz_pool(fuzz_sb: Sandbox) -> Iterator[object]:
+    from agentrl import SandboxPool
+
+    with SandboxPool(workers=2, sandbox=fuzz_sb) as pool:
+        yield pool
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data(), n=st.integers(1, 4))
+def test_pool_batches_are_all_or_nothing_and_every_job_ends_once(fuzz_pool, data, n):
+    jobs = []
+    for i in range(n):
+        a = draw_call(data, ["argv", "stdin", "files", "collect", "limits", "cwd", "env"])
+        job = {
+            "argv": a["argv"],
+            "stdin": a["stdin"],
+            "files": _pairs_to_dict(a["files"]),
+            "collect": a["collect"],
+            "limits": _limits(a["limits"]),
+            "env": _pairs_to_dict(a["env"]),
+        }
+        if a["cwd"] is not None:
+            job["cwd"] = a["cwd"]
+        for key in data.draw(
+            st.sets(st.sampled_from(sorted(SCHED_VALID)), max_size=2), label=f"sched {i}"
+        ):
+            bad = data.draw(st.booleans(), label=f"hostile {key}")
+            job[key] = data.draw((SCHED_HOSTILE if bad else SCHED_VALID)[key], label=key)
+        jobs.append(job)
+    before = fuzz_pool.stats()["submitted"]
+    ids = _clear(lambda: fuzz_pool.submit_many(jobs))
+    if ids is None:  # refused: as a whole, before any job crossed to the workers
+        assert fuzz_pool.stats()["submitted"] == before
+        return
+    assert len(ids) == n and len(set(ids)) == n
+    outcomes = []
+    deadline = time.monotonic() + 60
+    while len(outcomes) < n and time.monotonic() < deadline:
+        outcomes += fuzz_pool.collect(timeout=1.0)
+    assert sorted(o.job_id for o in outcomes) == sorted(ids), (outcomes, ids)
+    for o in outcomes:
+        assert o.status in ("completed", "expired", "failed"), o
+        if o.status == "completed":
+            _check_verdict(o.result)
+    assert fuzz_pool.stats()["panics"] == 0
