@@ -27,6 +27,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from agentrl.errors import AgentRLError
 from agentrl.limits import Limits, parse_duration, parse_size
 from agentrl.result import ExecResult, Status
 
@@ -41,12 +42,17 @@ def exit_status(r: ExecResult) -> int:
         return r.exit_code or 1
     if r.status is Status.SIGNALED:
         return 128 + (r.signal or 0)
+    return exit_status_of(r.status)
+
+
+def exit_status_of(status: Status) -> int:
+    """The exit status of a verdict that carries no code or signal of the program's own."""
     return {
         Status.TIMEOUT: 124,
         Status.MEMORY_LIMIT: 137,
         Status.OUTPUT_LIMIT: 125,
         Status.SANDBOX_ERROR: 70,
-    }[r.status]
+    }[status]
 
 
 # Subcommands whose modules import heavy packages (torch): registered for real only when
@@ -123,8 +129,15 @@ def _cmd_run(a: argparse.Namespace) -> int:
     except (ValueError, TypeError, OSError) as e:
         print(f"agentrl run: {e}", file=sys.stderr)
         return 2
-    with Sandbox(limits=limits, network=a.net) as sb:
-        r = sb.run(argv, stdin=stdin, files=files, collect=a.collect)
+    try:
+        with Sandbox(limits=limits, network=a.net) as sb:
+            r = sb.run(argv, stdin=stdin, files=files, collect=a.collect)
+    except (ValueError, TypeError) as e:  # the command line's mistake
+        print(f"agentrl run: {e}", file=sys.stderr)
+        return 2
+    except AgentRLError as e:  # the host cannot make the box
+        print(f"agentrl run: {e}", file=sys.stderr)
+        return exit_status_of(Status.SANDBOX_ERROR)
     sys.stdout.buffer.write(r.stdout)
     sys.stdout.flush()
     sys.stderr.buffer.write(r.stderr)

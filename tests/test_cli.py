@@ -1,0 +1,165 @@
+"""``agentrl run``: the program's output, a one-line verdict, and an exit status for each verdict;
+mistakes on the command line get one line and status 2, never a traceback.
+
+Every test runs the real command (``python -m agentrl run ...``) in a child process."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agentrl.limits import parse_duration, parse_size
+from conftest import SESSION_MARK, assert_host_clean
+
+pytestmark = pytest.mark.usefixtures("clean_host")
+
+
+def agentrl_run(
+    *args: str, stdin: bytes = b"", cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AGENTRL_TEST_MARK": SESSION_MARK}
+    return subprocess.run(
+        [sys.executable, "-m", "agentrl", "run", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        env=env,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def verdict(p: subprocess.CompletedProcess) -> str:
+    """The verdict line (the last line of stderr)."""
+    lines = p.stderr.decode(errors="replace").strip().splitlines()
+    assert lines and lines[-1].startswith("[agentrl] status="), p.stderr
+    return lines[-1]
+
+
+def test_ok_passes_output_through_and_exits_0():
+    p = agentrl_run("--", "/bin/sh", "-c", "echo out; echo err >&2")
+    assert p.returncode == 0 and p.stdout == b"out\n", p
+    assert p.stderr.startswith(b"err\n") and verdict(p).startswith("[agentrl] status=ok exit=0")
+
+
+@pytest.mark.parametrize(
+    "args, status, code, limit",
+    [
+        (["--", "/bin/sh", "-c", "exit 3"], "runtime_error", 3, None),
+        (["--", "/bin/sh", "-c", "kill -SEGV $$"], "signaled", 128 + 11, None),
+        (["--wall", "300ms", "--", "sleep", "5"], "timeout", 124, "wall_time"),
+        (
+            ["--cpu", "200ms", "--", "/bin/sh", "-c", "while :; do :; done"],
+            "timeout",
+            124,
+            "cpu_time",
+        ),
+        (
+            ["--mem", "64M", "--", sys.executable, "-c", "b = b'x' * (256 << 20)"],
+            "memory_limit",
+            137,
+            "memory",
+        ),
+        (["--output", "1K", "--", "/bin/sh", "-c", "yes"], "output_limit", 125, "output"),
+        # The shell cannot fork past --pids, says so and exits 2.
+        (
+            ["--pids", "4", "--", "/bin/sh", "-c", "for i in 1 2 3 4 5 6; do sleep 1 & done"],
+            "runtime_error",
+            2,
+            "pids",
+        ),
+    ],
+    ids=["exit-3", "segv", "wall", "cpu", "memory", "output", "pids"],
+)
+def test_each_verdict_has_its_exit_status(args, status, code, limit):
+    p = agentrl_run(*args)
+    line = verdict(p)
+    assert line.startswith(f"[agentrl] status={status}"), line
+    assert p.returncode == code, (p.returncode, line)
+    assert (f"limit={limit}" in line) if limit else "limit=" not in line, line
+
+
+def test_files_stdin_and_collect(tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"from the host\n")
+    p = agentrl_run(
+        "--file",
+        f"data/in.txt={src}",
+        "--collect",
+        "out.txt",
+        "--stdin",
+        "-",
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat data/in.txt; cat; echo made > out.txt",
+        stdin=b"piped\n",
+    )
+    assert p.returncode == 0 and p.stdout == b"from the host\npiped\n", p
+    assert b"[collected out.txt: 5 bytes]" in p.stderr
+
+
+def test_no_network_unless_asked(tcp_listener):
+    port = tcp_listener.getsockname()[1]
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('C')"
+    p = agentrl_run("--", sys.executable, "-c", code)
+    assert p.returncode == 1 and b"C" not in p.stdout, p
+    assert not select.select([tcp_listener], [], [], 0.2)[0], "the host listener got a connection"
+    p = agentrl_run("--net", "--", sys.executable, "-c", code)
+    assert p.returncode == 0 and p.stdout == b"C\n", p
+    assert select.select([tcp_listener], [], [], 2)[0]
+    tcp_listener.accept()[0].close()
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--wall", "abc", "--", "/bin/true"], "not a duration"),
+        (["--wall=-1s", "--", "/bin/true"], "positive"),
+        (["--cpu", "nan", "--", "/bin/true"], "positive"),
+        (["--wall", "99999999999s", "--", "/bin/true"], "wall_time_s"),
+        (["--mem", "1Q", "--", "/bin/true"], "not a size"),
+        (["--pids", "0", "--", "/bin/true"], "max_pids"),
+        (["--file", "x", "--", "/bin/true"], "NAME=PATH"),
+        (["--file", "../x=/etc/hostname", "--", "/bin/true"], "escapes the work dir"),
+        (["--file", "a=/nonexistent/agentrl", "--", "/bin/true"], "No such file"),
+        (["--collect", "/etc/passwd", "--", "/bin/true"], "collect"),
+        (["--"], "no command given"),
+        (["--", ""], "argv[0] is empty"),
+    ],
+)
+def test_mistakes_get_one_line_and_status_2(args, says):
+    p = agentrl_run(*args)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode == 2, (p.returncode, err)
+    assert "Traceback" not in err and err.startswith("agentrl run: ") and says in err, err
+    assert err.count("\n") == 1, err
+
+
+def test_command_not_found_is_127():
+    p = agentrl_run("--", "agentrl-no-such-command")
+    assert p.returncode == 127 and b"cannot execute agentrl-no-such-command" in p.stderr, p
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("2s", 2.0), ("500ms", 0.5), ("1.5", 1.5), ("3m", 180.0), (" 1m ", 60.0)]
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text, size", [("4096", 4096), ("256M", 256 << 20), ("1G", 1 << 30), ("64k", 64 << 10)]
+)
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+def test_nothing_is_left_behind():
+    p = agentrl_run("--", "/bin/sh", "-c", "sleep 30 & sleep 30 & echo started")
+    assert p.returncode == 0 and p.stdout == b"started\n", p
+    assert_host_clean(timeout=2.0)
