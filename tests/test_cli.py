@@ -103,6 +103,25 @@ def test_files_stdin_and_collect(tmp_path):
     assert b"[collected out.txt: 5 bytes]" in p.stderr
 
 
+def test_collected_files_written_under_out_dir(tmp_path):
+    out = tmp_path / "out"
+    p = agentrl_run(
+        "--collect",
+        "res/a.txt",
+        "--collect",
+        "missing",
+        "--out-dir",
+        str(out),
+        "--",
+        "/bin/sh",
+        "-c",
+        "mkdir res; echo result > res/a.txt",
+    )
+    assert p.returncode == 0, p
+    assert (out / "res" / "a.txt").read_bytes() == b"result\n"
+    assert sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file()) == ["res/a.txt"]
+
+
 def test_no_network_unless_asked(tcp_listener):
     port = tcp_listener.getsockname()[1]
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); print('C')"

@@ -1,8 +1,9 @@
 """The ``agentrl`` command line.
 
 ``agentrl run [--wall 2s] [--cpu 1s] [--mem 256M] [--pids 32] [--net] [--file NAME=PATH]
-[--collect NAME] -- CMD ...`` runs one command in a fresh box, prints its output and a one-line
-verdict on stderr, and exits with a status that reflects the verdict:
+[--collect NAME] [--out-dir DIR] -- CMD ...`` runs one command in a fresh box, prints its
+output and a one-line verdict on stderr (and writes the collected files under ``DIR``), and
+exits with a status that reflects the verdict:
 
 =================  ===========================================
 verdict            exit status
@@ -26,6 +27,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from agentrl.errors import AgentRLError
 from agentrl.limits import Limits, parse_duration, parse_size
@@ -89,6 +91,11 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help="copy host file PATH into the work dir as NAME",
     )
     r.add_argument("--collect", action="append", default=[], metavar="NAME", help="hand back NAME")
+    r.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        help="write the collected files under DIR (by default only their sizes are shown)",
+    )
     r.add_argument("--stdin", metavar="PATH", help="feed this file to stdin ('-' for ours)")
     r.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     sub.add_parser("demo", help="hostile programs contained, and a latency comparison")
@@ -142,7 +149,17 @@ def _cmd_run(a: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.buffer.write(r.stderr)
     for name, data in r.files.items():
-        print(f"[collected {name}: {len(data)} bytes]", file=sys.stderr)
+        where = ""
+        if a.out_dir is not None:
+            path = Path(a.out_dir, name)  # a relative path inside the work dir, checked
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            except OSError as e:
+                print(f"agentrl run: cannot write {path}: {e}", file=sys.stderr)
+                return 2
+            where = f" -> {path}"
+        print(f"[collected {name}: {len(data)} bytes{where}]", file=sys.stderr)
     print(f"[agentrl] {r.summary()}", file=sys.stderr)
     return exit_status(r)
 
