@@ -182,3 +182,16 @@ def test_nothing_is_left_behind():
     p = agentrl_run("--", "/bin/sh", "-c", "sleep 30 & sleep 30 & echo started")
     assert p.returncode == 0 and p.stdout == b"started\n", p
     assert_host_clean(timeout=2.0)
+
+
+def test_eval_names_its_own_flag_for_incomplete_samples(tmp_path):
+    samples = tmp_path / "s.jsonl"
+    samples.write_text('{"task_id": "HumanEval/0", "completion": "    return True\\n"}\n')
+    p = subprocess.run(
+        [sys.executable, "-m", "agentrl", "eval", str(samples)],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "use --ignore-incomplete" in err and "Traceback" not in err, err

@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
             judgements=judgements,
         )
     except (ValueError, ImportError, OSError) as e:
-        print(f"agentrl eval: {e}", file=sys.stderr)
+        # The library names its keyword; here the flag is what to use.
+        msg = str(e).replace("pass ignore_incomplete=True", "use --ignore-incomplete")
+        print(f"agentrl eval: {msg}", file=sys.stderr)
         return 2
     elapsed = time.monotonic() - start
     classes = Counter(j.error_class.value for j in judgements)
