@@ -318,3 +318,86 @@ def test_pool_batches_are_all_or_nothing_and_every_job_ends_once(fuzz_pool, data
         if o.status == "completed":
             _check_verdict(o.result)
     assert fuzz_pool.stats()["panics"] == 0
+
+
+# --- making sandboxes and sessions ------------------------------------------------------------
+
+CTOR_VALID = {
+    "network": st.booleans(),
+    "binds": st.sampled_from([(), [("/usr/share/doc", "/data")], [("/etc", "/host-etc", False)]]),
+    "env": st.dictionaries(st.sampled_from(["A", "B_1"]), st.text("xyz", max_size=4), max_size=2),
+    "max_concurrency": st.integers(1, 3),
+    "warm": st.booleans(),
+    "preimports": st.sampled_from([(), ("json",), ("json", "math")]),
+    "cgroup_parent": st.none(),
+}
+CTOR_HOSTILE = {
+    "network": junk,
+    "binds": st.one_of(
+        st.lists(st.tuples(texts, texts), max_size=2),
+        st.lists(st.tuples(texts, texts, junk), max_size=2),
+        st.lists(junk, max_size=2),
+        junk,
+    ),
+    "env": st.one_of(st.dictionaries(texts, texts, max_size=2), junk),
+    "max_concurrency": hostile_numbers,
+    "warm": junk,
+    "preimports": st.one_of(st.lists(st.one_of(texts, junk), max_size=2), junk),
+    "cgroup_parent": st.one_of(texts, junk),
+}
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_making_a_sandbox_gives_one_or_a_clear_error(data):
+    kw = {p: data.draw(CTOR_VALID[p], label=p) for p in CTOR_VALID}
+    for p in sorted(
+        data.draw(st.sets(st.sampled_from(sorted(CTOR_VALID)), max_size=2), label="bad")
+    ):
+        kw[p] = data.draw(CTOR_HOSTILE[p], label=f"hostile {p}")
+    box = _clear(lambda: Sandbox(DEFAULT_LIMITS, **kw))  # type: ignore[arg-type]
+    if box is not None:
+        try:
+            _check_verdict(_clear(lambda: box.run(["/bin/true"])))
+        finally:
+            box.close()
+
+
+SESSION_VALID = {
+    "files": st.dictionaries(names, st.binary(max_size=32), max_size=2),
+    "limits": st.one_of(st.none(), limit_tuples.map(_limits)),
+    "disk_bytes": st.one_of(st.none(), st.integers(1 << 20, 16 << 20)),
+    "cpu_budget_s": st.one_of(st.none(), st.floats(0.5, 10.0)),
+}
+SESSION_HOSTILE = {
+    "files": HOSTILE["files"],
+    "limits": HOSTILE["limits"],
+    "disk_bytes": hostile_numbers,
+    "cpu_budget_s": hostile_numbers,
+}
+
+
+@FUZZ
+@given(data=st.data())
+def test_sessions_give_steps_or_clear_errors(fuzz_sb, data):
+    kw = {p: data.draw(SESSION_VALID[p], label=p) for p in SESSION_VALID}
+    bad = data.draw(st.sets(st.sampled_from(sorted(SESSION_VALID)), max_size=1), label="bad")
+    for p in sorted(bad):
+        kw[p] = data.draw(SESSION_HOSTILE[p], label=f"hostile {p}")
+    kw["files"], kw["limits"] = _pairs_to_dict(kw["files"]), _limits(kw["limits"])
+    s = _clear(lambda: fuzz_sb.session(**kw))
+    if s is None:
+        return
+    try:
+        a = draw_call(data, ["argv", "stdin", "collect", "limits", "env"])
+        limits_ = _limits(a.pop("limits"))
+        argv, env = a.pop("argv"), _pairs_to_dict(a.pop("env"))
+        _check_verdict(_clear(lambda: s.run(argv, limits=limits_, env=env, **a)))
+        _clear(s.reset)
+        _check_verdict(_clear(lambda: s.run(["/bin/true"])))
+    finally:
+        s.close()

@@ -162,6 +162,23 @@ def test_bad_cwd_and_sandbox_arguments(box):
     for target in ("/proc/x", "/work", "/etc", "/", "relative"):
         with pytest.raises(ValueError):
             kind(binds=[("/usr", target)])
+    # A flag that is not a bool is refused, never read for its truth: network="no" would
+    # otherwise share the host network, degraded="false" drop the cgroup limits.
+    for kw in (
+        {"network": "no"},
+        {"network": 1},
+        {"degraded": "false"},
+        {"warm": None},
+        {"binds": 5},
+        {"binds": "/usr"},
+        {"preimports": 5},
+        {"preimports": "json"},
+        {"cgroup_parent": 5},
+        {"python": 5},
+    ):
+        (name,) = kw
+        with pytest.raises(TypeError, match=name):
+            kind(**kw)
     assert issubclass(SandboxError, AgentRLError) and issubclass(AgentRLError, Exception)
 
 

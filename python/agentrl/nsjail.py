@@ -1175,17 +1175,22 @@ class NsjailSandbox(Sandbox):
         backend: str = "nsjail",
     ) -> None:
         limits, max_concurrency = _check_common(
-            limits, max_concurrency, max(4, 2 * (os.cpu_count() or 1))
+            limits,
+            max_concurrency,
+            max(4, 2 * (os.cpu_count() or 1)),
+            network=network,
+            degraded=degraded,
+            warm=warm,
+            binds=binds,
+            preimports=preimports,
+            cgroup_parent=cgroup_parent,
+            python=python,
         )
-        if isinstance(preimports, str):
-            raise TypeError("preimports must be a sequence of module names, not a single string")
         tuple(preimports)
         if preload:
             raise ValueError("preload needs the native backend's warm interpreters")
-        if cgroup_parent is not None and not isinstance(cgroup_parent, str):
-            raise TypeError("cgroup_parent must be a str")
         self._limits = limits
-        self._network = bool(network)
+        self._network = network
         bin_dir = os.path.dirname(os.path.realpath(sys.executable))
         base_env = {
             "PATH": f"{os.path.dirname(sys.executable)}:{bin_dir}:/usr/local/bin:/usr/bin:/bin",

@@ -148,9 +148,28 @@ def _env_pairs(name: str, env: Mapping[str, str] | None) -> list[tuple[str, str]
 
 
 def _check_common(
-    limits: Limits | None, max_concurrency: int | None, default_concurrency: int
+    limits: Limits | None,
+    max_concurrency: int | None,
+    default_concurrency: int,
+    **checked: Any,
 ) -> tuple[Limits, int]:
-    """Validates the arguments every backend takes; returns them with defaults filled in."""
+    """Validates the arguments every backend takes; returns them with defaults filled in.
+
+    ``checked`` holds the other constructor arguments both backends share (``network``,
+    ``degraded``, ``warm``, ``binds``, ``preimports``, ``cgroup_parent``, ``python``): a flag
+    must be a bool (``network="no"`` must not turn the host network on), the rest of the right
+    kind, each error naming its argument."""
+    for name in ("network", "degraded", "warm"):
+        if name in checked and not isinstance(checked[name], bool):
+            raise TypeError(f"{name} must be True or False, got {checked[name]!r}")
+    for name in ("binds", "preimports"):
+        v = checked.get(name, ())
+        if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+            raise TypeError(f"{name} must be a sequence, got {type(v).__name__}")
+    for name in ("cgroup_parent", "python"):
+        v = checked.get(name)
+        if v is not None and not isinstance(v, (str, os.PathLike)):
+            raise TypeError(f"{name} must be a path (str), got {type(v).__name__}")
     if limits is None:
         limits = Limits()
     if not isinstance(limits, Limits):
@@ -285,10 +304,19 @@ class Sandbox:
         backend: str = "native",
     ) -> None:
         limits, max_concurrency = _check_common(
-            limits, max_concurrency, min(4096, max(8, 8 * (os.cpu_count() or 1)))
+            limits,
+            max_concurrency,
+            min(4096, max(8, 8 * (os.cpu_count() or 1))),
+            network=network,
+            degraded=degraded,
+            warm=warm,
+            binds=binds,
+            preimports=preimports,
+            cgroup_parent=cgroup_parent,
+            python=python,
         )
         self._limits = limits
-        self._network = bool(network)
+        self._network = network
         host_python = os.path.abspath(python) if python is not None else sys.executable
         if not os.access(host_python, os.X_OK):
             raise ValueError(f"python: {host_python!r} is not an executable")
@@ -303,8 +331,6 @@ class Sandbox:
         }
         base_env.update(dict(_env_pairs("env", env)))
         self._python = layout.python
-        if isinstance(preimports, str):
-            raise TypeError("preimports must be a sequence of module names, not a single string")
         self._preimports = tuple(preimports)
         if preload is not None and not isinstance(preload, Mapping):
             raise TypeError("preload must be a mapping of module name to source text")
@@ -313,7 +339,7 @@ class Sandbox:
         if warm:
             argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports, self._preload)
             warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
-        self._warm = bool(warm)
+        self._warm = warm
         self._inner = _core.Sandbox(
             limits._as_tuple(),
             self._network,
@@ -321,7 +347,7 @@ class Sandbox:
             [*layout.binds, *(_bind_tuple(b) for b in binds)],
             list(base_env.items()),
             max_concurrency,
-            bool(degraded),
+            degraded,
             cgroup_parent,
             warm_cfg,
         )
