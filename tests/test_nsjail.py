@@ -260,32 +260,13 @@ def test_network_true_shares_the_host_network(tcp_listener):
 # --- binds, degraded mode, fallbacks --------------------------------------------------------
 
 
-def test_binds_readonly_staged_and_writable(tmp_path):
-    private = tmp_path / "private"  # under pytest's 0700 tmp dir: not reachable by the box user
+def test_a_writable_bind_must_be_reachable_by_the_box_user(tmp_path):
+    # nsjail boxes run as an unprivileged host id: a writable bind of a directory that id
+    # cannot reach is refused up front (the native backend binds it, and writes fail there).
+    private = tmp_path / "private"  # under pytest's 0700 tmp dir
     private.mkdir()
-    (private / "data.txt").write_text("from the host")
-    shared = Path(f"/tmp/agentrl-nsjail-rw-{os.urandom(4).hex()}")
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)
-    src = """
-    print(open("/data/data.txt").read())
-    try: open("/data/new", "w"); print("WROTE")
-    except OSError as e: print("ERR", e.errno)
-    with open("/shared/out.txt", "w") as f: f.write("from the box")
-    """
-    try:
-        binds = [Bind(str(private), "/data"), Bind(str(shared), "/shared", writable=True)]
-        with NsjailSandbox(DEFAULT_LIMITS, binds=binds) as box:
-            r = py(box, src)
-        assert r.ok and out(r).split("\n")[:2] == ["from the host", f"ERR {errno.EROFS}"], why(r)
-        assert (shared / "out.txt").read_text() == "from the box"
-        assert not (private / "new").exists()
-        with pytest.raises(ValueError, match="reachable"):
-            NsjailSandbox(DEFAULT_LIMITS, binds=[Bind(str(private), "/data", writable=True)])
-    finally:
-        for f in shared.iterdir():
-            f.unlink()
-        shared.rmdir()
+    with pytest.raises(ValueError, match="reachable"):
+        NsjailSandbox(DEFAULT_LIMITS, binds=[Bind(str(private), "/data", writable=True)])
 
 
 def test_degraded_without_cgroups(monkeypatch):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agentrl import AgentRLError, ExecResult, Limits, Sandbox, SandboxError, Status
+from agentrl import AgentRLError, Bind, ExecResult, Limits, Sandbox, SandboxError, Status
 from conftest import DEFAULT_LIMITS, assert_host_clean, out, py, wait_box_started, why
 
 FIELDS = [f.name for f in dataclasses.fields(Limits)]
@@ -179,7 +180,38 @@ def test_bad_cwd_and_sandbox_arguments(box):
         (name,) = kw
         with pytest.raises(TypeError, match=name):
             kind(**kw)
+    for bind in (("/usr/share", "/data", "no"), ("/usr/share", "/data", 1)):
+        with pytest.raises(TypeError, match="writable"):  # never a writable bind by accident
+            kind(binds=[bind])
+    with pytest.raises(TypeError, match="writable"):
+        Bind("/usr/share", writable="no")  # type: ignore[arg-type]
     assert issubclass(SandboxError, AgentRLError) and issubclass(AgentRLError, Exception)
+
+
+def test_binds_read_only_and_writable(box, tmp_path):
+    private = tmp_path / "private"  # under pytest's 0700 tmp dir: not reachable by the box user
+    private.mkdir()
+    (private / "data.txt").write_text("from the host")
+    shared = Path(f"/tmp/agentrl-rw-{os.urandom(4).hex()}")
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    src = """
+    print(open("/data/data.txt").read())
+    try: open("/data/new", "w"); print("WROTE")
+    except OSError as e: print("ERR", e.errno)
+    with open("/shared/out.txt", "w") as f: f.write("from the box")
+    """
+    try:
+        binds = [Bind(str(private), "/data"), (str(shared), "/shared", True)]
+        with type(box)(DEFAULT_LIMITS, binds=binds) as other:
+            r = py(other, src)
+        assert r.ok and out(r).split("\n")[:2] == ["from the host", f"ERR {errno.EROFS}"], why(r)
+        assert (shared / "out.txt").read_text() == "from the box"
+        assert not (private / "new").exists()
+    finally:
+        for f in shared.iterdir():
+            f.unlink()
+        shared.rmdir()
 
 
 # --- files, stdin, cwd, env -----------------------------------------------------------------

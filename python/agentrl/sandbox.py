@@ -34,6 +34,14 @@ class Bind:
     writable: bool = False
     """Read-write. Writes reach the host: only for data you mean to share."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, (str, os.PathLike)):
+            raise TypeError(f"Bind.source must be a path, got {type(self.source).__name__}")
+        if self.target is not None and not isinstance(self.target, (str, os.PathLike)):
+            raise TypeError(f"Bind.target must be a path, got {type(self.target).__name__}")
+        if not isinstance(self.writable, bool):
+            raise TypeError(f"Bind.writable must be True or False, got {self.writable!r}")
+
 
 def _interpreter_paths() -> list[str]:
     """The running interpreter's installation: prefix, base prefix and virtualenv."""
@@ -112,13 +120,17 @@ def _to_bytes(name: str, v: object) -> bytes:
 
 def _bind_tuple(b: object) -> tuple[str, str, bool]:
     if isinstance(b, Bind):
-        src, dst, rw = b.source, b.target or b.source, b.writable
+        src, dst, rw = os.fspath(b.source), os.fspath(b.target or b.source), b.writable
     elif isinstance(b, (str, os.PathLike)):
         src = dst = os.fspath(b)
         rw = False
     elif isinstance(b, tuple) and len(b) in (2, 3):
+        if not all(isinstance(p, (str, os.PathLike)) for p in b[:2]):
+            raise TypeError(f"bind paths must be str, got {b!r}")
         src, dst = os.fspath(b[0]), os.fspath(b[1])
-        rw = bool(b[2]) if len(b) == 3 else False
+        rw = b[2] if len(b) == 3 else False
+        if not isinstance(rw, bool):  # ("/data", "/data", "no") must not be writable
+            raise TypeError(f"a bind's writable flag must be True or False, got {rw!r}")
     else:
         raise TypeError(
             f"binds entries must be Bind, a path or (source, target[, writable]), got {b!r}"
