@@ -218,6 +218,10 @@ def test_close_without_drain_cancels_and_loses_nothing(sb: Sandbox) -> None:
     futs = [p.submit(["/bin/sleep", "10"]) for _ in range(6)]
     ids = p.submit_many([["/bin/sleep", "10"]] * 4)
     time.sleep(0.2)
+    for bad in ("no", 0, None):  # a flag of the wrong kind closes nothing
+        with pytest.raises(TypeError, match="drain"):
+            p.close(drain=bad)  # type: ignore[arg-type]
+    assert not p.closed
     t = time.monotonic()
     p.close(drain=False)
     assert time.monotonic() - t < 3

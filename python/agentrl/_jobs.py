@@ -498,6 +498,8 @@ class _JobPool:
         without, queued and running jobs end ``cancelled``. Every future is resolved when this
         returns; outcomes of ``submit_many`` jobs stay available to :meth:`collect`.
         Idempotent; blocks until the workers stop (use :meth:`aclose` in a coroutine)."""
+        if not isinstance(drain, bool):  # "no" must not drain, nor 0 cancel, by accident
+            raise TypeError(f"drain must be True or False, got {drain!r}")
         if os.getpid() != self._pid:
             self._closed = True  # the parent's workers are not ours to stop
             return
@@ -512,7 +514,7 @@ class _JobPool:
             for lp, sl in waiting:
                 _call_in_loop(lp, _fail, sl[1], PoolClosed("the pool is closed"))
             os.write(self._kick[1], b"x")
-            self._core.close(bool(drain))
+            self._core.close(drain)
             while self._drain():
                 pass
             self._stop_dispatcher()
