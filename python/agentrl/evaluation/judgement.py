@@ -244,7 +244,9 @@ def function_judgement(
             ErrorClass.OUTPUT_LIMIT: "the run exceeded its output limit",
         }.get(cls, f"the test harness was stopped ({result.summary()})")
         cases = [CaseResult(i, False, cls, None, why) for i in range(max(1, n_static))]
-        return build_judgement(task_id, cases, False, wall_time_s=wall, entry_point=entry_point)
+        return build_judgement(
+            task_id, cases, False, wall_time_s=wall, entry_point=entry_point, error_detail=why
+        )
     if verdict.get("masked"):
         return masked_judgement(task_id, str(verdict["masked"]), wall, entry_point)
     output = str(verdict.get("output", ""))
