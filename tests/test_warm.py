@@ -10,7 +10,7 @@ import time
 
 import pytest
 from agentrl import Limits, Sandbox, SandboxError, Status
-from conftest import BOX_UID_BASE, SESSION_MARK, ZYGOTE_MARK, _cmdline, _status_ids, why
+from conftest import BOX_UID_BASE, SESSION_MARK, ZYGOTE_MARK, _cmdline, status_ids, why
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def _zygotes() -> list[int]:
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
-        ids = _status_ids(p)
+        ids = status_ids(p)
         if (
             ids
             and BOX_UID_BASE <= ids[0][0] < BOX_UID_BASE + 4096
