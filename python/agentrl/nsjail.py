@@ -1175,17 +1175,8 @@ class NsjailSandbox(Sandbox):
         backend: str = "nsjail",
     ) -> None:
         limits, max_concurrency = _check_common(
-            limits,
-            max_concurrency,
-            max(4, 2 * (os.cpu_count() or 1)),
-            network=network,
-            degraded=degraded,
-            warm=warm,
-            binds=binds,
-            preimports=preimports,
-            cgroup_parent=cgroup_parent,
-            python=python,
-        )
+            limits, max_concurrency, max(4, 2 * (os.cpu_count() or 1)), locals()
+        )  # locals(): this constructor's arguments, nothing else yet
         tuple(preimports)
         if preload:
             raise ValueError("preload needs the native backend's warm interpreters")

@@ -163,23 +163,23 @@ def _check_common(
     limits: Limits | None,
     max_concurrency: int | None,
     default_concurrency: int,
-    **checked: Any,
+    shared: Mapping[str, Any],
 ) -> tuple[Limits, int]:
     """Validates the arguments every backend takes; returns them with defaults filled in.
 
-    ``checked`` holds the other constructor arguments both backends share (``network``,
-    ``degraded``, ``warm``, ``binds``, ``preimports``, ``cgroup_parent``, ``python``): a flag
-    must be a bool (``network="no"`` must not turn the host network on), the rest of the right
-    kind, each error naming its argument."""
+    ``shared`` maps the other constructor arguments both backends take (``network``,
+    ``degraded``, ``warm``, ``binds``, ``preimports``, ``cgroup_parent``, ``python``) to their
+    values: a flag must be a bool (``network="no"`` must not turn the host network on), the
+    rest of the right kind, each error naming its argument."""
     for name in ("network", "degraded", "warm"):
-        if name in checked and not isinstance(checked[name], bool):
-            raise TypeError(f"{name} must be True or False, got {checked[name]!r}")
+        if not isinstance(shared[name], bool):
+            raise TypeError(f"{name} must be True or False, got {shared[name]!r}")
     for name in ("binds", "preimports"):
-        v = checked.get(name, ())
+        v = shared[name]
         if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
             raise TypeError(f"{name} must be a sequence, got {type(v).__name__}")
     for name in ("cgroup_parent", "python"):
-        v = checked.get(name)
+        v = shared[name]
         if v is not None and not isinstance(v, (str, os.PathLike)):
             raise TypeError(f"{name} must be a path (str), got {type(v).__name__}")
     if limits is None:
@@ -316,17 +316,8 @@ class Sandbox:
         backend: str = "native",
     ) -> None:
         limits, max_concurrency = _check_common(
-            limits,
-            max_concurrency,
-            min(4096, max(8, 8 * (os.cpu_count() or 1))),
-            network=network,
-            degraded=degraded,
-            warm=warm,
-            binds=binds,
-            preimports=preimports,
-            cgroup_parent=cgroup_parent,
-            python=python,
-        )
+            limits, max_concurrency, min(4096, max(8, 8 * (os.cpu_count() or 1))), locals()
+        )  # locals(): this constructor's arguments, nothing else yet
         self._limits = limits
         self._network = network
         host_python = os.path.abspath(python) if python is not None else sys.executable
