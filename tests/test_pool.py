@@ -136,6 +136,25 @@ def test_validation_raises_at_submit(pool: SandboxPool) -> None:
     assert pool.stats()["submitted"] == before  # nothing was submitted
 
 
+@pytest.mark.parametrize(
+    "kw, exc, says",
+    [
+        ({"workers": 0}, ValueError, "workers"),
+        ({"capacity": "5"}, TypeError, "capacity"),
+        ({"retries": True}, TypeError, "retries"),
+        ({"backpressure": "blok"}, ValueError, "backpressure"),
+        ({"block_timeout": "x"}, TypeError, "block_timeout"),
+        ({"block_timeout": -1}, ValueError, "block_timeout"),
+        ({"limits": 5}, TypeError, "limits"),
+        ({"sandbox": 5}, TypeError, "sandbox"),
+        ({"sandbox": {"network": "no"}}, TypeError, "network"),
+    ],
+)
+def test_pool_arguments_are_checked_and_named(kw, exc, says) -> None:
+    with pytest.raises(exc, match=says):
+        SandboxPool(**{"workers": 1, **kw})
+
+
 def test_map_in_order_and_batches(pool: SandboxPool) -> None:
     jobs = [["/bin/sh", "-c", f"echo {i}"] for i in range(20)] + ["print('py')"]
     out = list(pool.map(jobs))

@@ -93,10 +93,20 @@ class SandboxPool(_JobPool):
         _check_int("retries", retries, 0, 1000)
         if backpressure not in ("block", "error"):
             raise ValueError(f'backpressure must be "block" or "error", got {backpressure!r}')
-        if block_timeout is not None and not block_timeout >= 0:
-            raise ValueError(f"block_timeout must be non-negative, got {block_timeout}")
+        if block_timeout is not None:
+            if isinstance(block_timeout, bool) or not isinstance(block_timeout, (int, float)):
+                raise TypeError(
+                    f"block_timeout must be a number of seconds or None, got {block_timeout!r}"
+                )
+            if not block_timeout >= 0:
+                raise ValueError(f"block_timeout must be non-negative, got {block_timeout}")
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
+        if sandbox is not None and not isinstance(sandbox, (Sandbox, Mapping)):
+            raise TypeError(
+                "sandbox must be a Sandbox or a mapping of Sandbox arguments, "
+                f"got {type(sandbox).__name__}"
+            )
         if isinstance(sandbox, Sandbox):
             self._sandbox, self._owns_sandbox = sandbox, False
         else:
