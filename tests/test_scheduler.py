@@ -390,6 +390,15 @@ def test_config_validation() -> None:
         SchedulerConfig(on_policy_update="restart")
     with pytest.raises(ValueError):
         SchedulerConfig(max_staleness=-1)
+    for args, kw, says in (
+        ((5, CountEnv), {}, "generate"),
+        ((lambda e: e, None), {}, "env_factory"),
+        ((lambda e: e, CountEnv), {"config": {"batch_size": 2}}, "config"),
+        ((lambda e: e, CountEnv), {"version": -1}, "version"),
+        ((lambda e: e, CountEnv), {"version": "3"}, "version"),
+    ):
+        with pytest.raises((TypeError, ValueError), match=says):
+            RolloutScheduler(*args, **kw)
 
     async def main() -> None:
         cfg = SchedulerConfig(batch_size=2, max_staleness=0)

@@ -150,12 +150,20 @@ class RolloutScheduler:
         config: SchedulerConfig | None = None,
         version: int = 0,
     ) -> None:
+        if not callable(generate):
+            raise TypeError(f"generate must be callable, got {type(generate).__name__}")
+        if not callable(env_factory):
+            raise TypeError(f"env_factory must be callable, got {type(env_factory).__name__}")
+        if config is not None and not isinstance(config, SchedulerConfig):
+            raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative int, got {version!r}")
         self.config = config or SchedulerConfig()
         self.pool = pool
         self._generate = generate
         self._gen_async = _is_async(generate)
         self._env_factory = env_factory
-        self._version = int(version)
+        self._version = version
         self._ids = itertools.count(1)
         self._group_ids = itertools.count(1)
         self._pending: deque[Episode] = deque()
