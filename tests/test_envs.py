@@ -165,6 +165,31 @@ def test_shell_task_validation() -> None:
         ShellEnv("not a sandbox")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    "cls, field, bad",
+    [
+        (CodeEnvConfig, "reward", {"partial_credit": False}),
+        (CodeEnvConfig, "extract_code", "no"),
+        (CodeEnvConfig, "prompt_template", None),
+        (CodeRepairConfig, "max_turns", 0),
+        (CodeRepairConfig, "turn_discount", float("nan")),
+        (CodeRepairConfig, "turn_discount", 1.5),
+        (CodeRepairConfig, "turn_penalty", True),
+        (CodeRepairConfig, "max_feedback_chars", 2.5),
+        (CodeRepairConfig, "feedback_template", 5),
+        (ShellEnvConfig, "max_output_chars", -1),
+        (ShellEnvConfig, "cpu_budget_s", "1s"),
+        (ShellEnvConfig, "disk_bytes", 0),
+        (ShellEnvConfig, "shell", ""),
+        (ShellEnvConfig, "success_reward", float("inf")),
+        (ShellEnvConfig, "extract_fenced", 1),
+    ],
+)
+def test_env_configs_name_the_bad_field(cls: type, field: str, bad: object) -> None:
+    with pytest.raises((TypeError, ValueError), match=f"{cls.__name__}.{field}"):
+        cls(**{field: bad})
+
+
 def test_scheduler_drives_shell_env(shell_sb: Sandbox) -> None:
     """Two groups of shell episodes, the "model" scripted by turn number."""
     script = ["ls", "echo 'echo hello world' > greet.sh"]

@@ -14,8 +14,41 @@ __all__ = [
     "StepResult",
     "TextEnv",
     "action_text",
+    "check_field",
     "trim_middle",
 ]
+
+
+def check_field(
+    owner: str,
+    name: str,
+    value: object,
+    kind: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+) -> None:
+    """Validates one field of an environment config: ``kind`` is ``"bool"``, ``"str"``,
+    ``"int"`` or ``"number"`` (int or float, finite), with optional bounds; raises TypeError or
+    ValueError naming ``owner.name``."""
+    where = f"{owner}.{name}"
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise TypeError(f"{where} must be True or False, got {value!r}")
+        return
+    if kind == "str":
+        if not isinstance(value, str):
+            raise TypeError(f"{where} must be a str, got {type(value).__name__}")
+        return
+    ok = (int,) if kind == "int" else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok):
+        raise TypeError(
+            f"{where} must be {'an int' if kind == 'int' else 'a number'}, got {value!r}"
+        )
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{where} must be finite, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{where} must be in [{low}, {high}], got {value!r}")
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentrl.envs.base import StepResult, TextEnv, action_text, trim_middle
+from agentrl.envs.base import StepResult, TextEnv, action_text, check_field, trim_middle
 from agentrl.envs.tasks import coerce_task
 
 if TYPE_CHECKING:
@@ -34,6 +34,18 @@ class CodeEnvConfig:
     prompt_template: str = "{prompt}"
     """The first observation; fields ``{prompt}`` and ``{task_id}``."""
 
+    def __post_init__(self) -> None:
+        _check_common_fields("CodeEnvConfig", self)
+
+
+def _check_common_fields(owner: str, c: Any) -> None:
+    from agentrl.rewards import RewardConfig
+
+    if c.reward is not None and not isinstance(c.reward, RewardConfig):
+        raise TypeError(f"{owner}.reward must be a RewardConfig or None, got {c.reward!r}")
+    check_field(owner, "extract_code", c.extract_code, "bool")
+    check_field(owner, "prompt_template", c.prompt_template, "str")
+
 
 @dataclass(frozen=True)
 class CodeRepairConfig:
@@ -59,16 +71,13 @@ class CodeRepairConfig:
     """Characters of feedback shown (head and tail kept)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int):
-            raise TypeError("max_turns must be an int")
-        if self.max_turns < 1:
-            raise ValueError(f"max_turns must be positive, got {self.max_turns}")
-        if not 0.0 <= self.turn_discount <= 1.0:
-            raise ValueError(f"turn_discount must be in [0, 1], got {self.turn_discount}")
-        if self.turn_penalty < 0:
-            raise ValueError(f"turn_penalty must be non-negative, got {self.turn_penalty}")
-        if self.max_feedback_chars < 0:
-            raise ValueError("max_feedback_chars must be non-negative")
+        owner = "CodeRepairConfig"
+        check_field(owner, "max_turns", self.max_turns, "int", low=1)
+        check_field(owner, "turn_discount", self.turn_discount, "number", low=0.0, high=1.0)
+        check_field(owner, "turn_penalty", self.turn_penalty, "number", low=0.0)
+        check_field(owner, "max_feedback_chars", self.max_feedback_chars, "int", low=0)
+        check_field(owner, "feedback_template", self.feedback_template, "str")
+        _check_common_fields(owner, self)
 
 
 def _evaluator(evaluator: Any) -> Evaluator:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.envs.base import StepResult, TextEnv, action_text, trim_middle
+from agentrl.envs.base import StepResult, TextEnv, action_text, check_field, trim_middle
 from agentrl.errors import SandboxError
 from agentrl.limits import Limits
 from agentrl.pool import SandboxPool
@@ -91,16 +91,21 @@ class ShellEnvConfig:
     """When the action holds a markdown code fence, run the fence's content."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int):
-            raise TypeError("max_steps must be an int")
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be positive, got {self.max_steps}")
-        if self.max_output_chars < 0:
-            raise ValueError("max_output_chars must be non-negative")
+        owner = "ShellEnvConfig"
+        check_field(owner, "max_steps", self.max_steps, "int", low=1)
+        check_field(owner, "max_output_chars", self.max_output_chars, "int", low=0)
         if self.limits is not None and not isinstance(self.limits, Limits):
-            raise TypeError("limits must be agentrl.Limits")
+            raise TypeError(f"{owner}.limits must be agentrl.Limits, got {self.limits!r}")
+        if self.cpu_budget_s is not None:
+            check_field(owner, "cpu_budget_s", self.cpu_budget_s, "number", low=0.0)
+        if self.disk_bytes is not None:
+            check_field(owner, "disk_bytes", self.disk_bytes, "int", low=1)
+        check_field(owner, "shell", self.shell, "str")
         if not self.shell:
-            raise ValueError("shell is empty")
+            raise ValueError(f"{owner}.shell is empty")
+        for name in ("success_reward", "failure_reward", "step_penalty"):
+            check_field(owner, name, getattr(self, name), "number")
+        check_field(owner, "extract_fenced", self.extract_fenced, "bool")
 
 
 class ShellEnv(TextEnv):
