@@ -112,12 +112,22 @@ _OUTCOME = (
 """What the Rust core builds ``collect`` results as."""
 
 
-def _check_int(name: str, v: object, lo: int, hi: int) -> int:
+def _check_int(name: str, v: object, lo: float | None, hi: float | None) -> int:
+    """``v`` as an int within ``[lo, hi]`` (None: unbounded on that side), else TypeError or
+    ValueError naming ``name``."""
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if not lo <= v <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {v}")
+    _check_range(name, v, lo, hi)
     return v
+
+
+def _check_range(name: str, v: float, lo: float | None, hi: float | None) -> None:
+    if (lo is None or v >= lo) and (hi is None or v <= hi):
+        return
+    if lo is not None and hi is not None:
+        raise ValueError(f"{name} must be between {lo} and {hi}, got {v}")
+    bound = f"at least {lo}" if hi is None else f"at most {hi}"
+    raise ValueError(f"{name} must be {bound}, got {v}")
 
 
 _NO_SCHEDULE = (0, 0, None)

@@ -4,9 +4,12 @@ environment that :class:`agentrl.RolloutScheduler` drives."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentrl.jobs import _check_int, _check_range
 
 __all__ = [
     "RewardMasked",
@@ -35,20 +38,17 @@ def check_field(
     if kind == "bool":
         if not isinstance(value, bool):
             raise TypeError(f"{where} must be True or False, got {value!r}")
-        return
-    if kind == "str":
+    elif kind == "str":
         if not isinstance(value, str):
             raise TypeError(f"{where} must be a str, got {type(value).__name__}")
-        return
-    ok = (int,) if kind == "int" else (int, float)
-    if isinstance(value, bool) or not isinstance(value, ok):
-        raise TypeError(
-            f"{where} must be {'an int' if kind == 'int' else 'a number'}, got {value!r}"
-        )
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ValueError(f"{where} must be finite, got {value!r}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"{where} must be in [{low}, {high}], got {value!r}")
+    elif kind == "int":
+        _check_int(where, value, low, high)
+    else:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{where} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{where} must be finite, got {value!r}")
+        _check_range(where, value, low, high)
 
 
 @dataclass
