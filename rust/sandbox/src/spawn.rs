@@ -33,121 +33,68 @@ use crate::mounts::ChildPaths;
 use crate::seccomp::Filter;
 use crate::sys::{syscall3, syscall5, syscall6};
 
-/// The steps a child can fail at, reported to the parent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Step {
-    Sync = 1,
-    BindRoot,
-    MountRun,
-    BindWork,
-    BindTmp,
-    BindShm,
-    MountProc,
-    BindProcSys,
-    RemountProcSys,
-    ChdirRoot,
-    PivotRoot,
-    DetachOldRoot,
-    CgroupNs,
-    Hostname,
-    Setsid,
-    Stdio,
-    Rlimit,
-    CapBound,
-    Setgroups,
-    Setgid,
-    Setuid,
-    Capset,
-    NoNewPrivs,
-    DeathSig,
-    Chdir,
-    Signals,
-    Seccomp,
-    SendListener,
-    Exec,
-    Spawn,
-    /// Not a failure: the program has started (pid 1 is becoming its init).
-    Started,
+/// Declares [`Step`] with the text of each step in one table: the enum, its decoding and its
+/// description cannot drift apart.
+macro_rules! steps {
+    ($($(#[$doc:meta])* $name:ident $(= $value:literal)? => $text:literal,)*) => {
+        /// The steps a child can fail at, reported to the parent.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u32)]
+        pub enum Step {
+            $($(#[$doc])* $name $(= $value)?,)*
+        }
+
+        impl Step {
+            const ALL: &'static [Step] = &[$(Step::$name,)*];
+
+            /// Decodes a step number.
+            pub fn from_u32(v: u32) -> Option<Step> {
+                Self::ALL.iter().copied().find(|s| *s as u32 == v)
+            }
+
+            /// What the step does, for error messages.
+            pub fn describe(self) -> &'static str {
+                match self {
+                    $(Step::$name => $text,)*
+                }
+            }
+        }
+    };
 }
 
-impl Step {
-    /// Decodes a step number.
-    pub fn from_u32(v: u32) -> Option<Step> {
-        use Step::*;
-        const ALL: [Step; 31] = [
-            Sync,
-            BindRoot,
-            MountRun,
-            BindWork,
-            BindTmp,
-            BindShm,
-            MountProc,
-            BindProcSys,
-            RemountProcSys,
-            ChdirRoot,
-            PivotRoot,
-            DetachOldRoot,
-            CgroupNs,
-            Hostname,
-            Setsid,
-            Stdio,
-            Rlimit,
-            CapBound,
-            Setgroups,
-            Setgid,
-            Setuid,
-            Capset,
-            NoNewPrivs,
-            DeathSig,
-            Chdir,
-            Signals,
-            Seccomp,
-            SendListener,
-            Exec,
-            Spawn,
-            Started,
-        ];
-        ALL.iter().copied().find(|s| *s as u32 == v)
-    }
-
-    /// What the step does, for error messages.
-    pub fn describe(self) -> &'static str {
-        use Step::*;
-        match self {
-            Sync => "waiting for the supervisor",
-            BindRoot => "binding the root template",
-            MountRun => "attaching the run tmpfs (move_mount)",
-            BindWork => "binding /work",
-            BindTmp => "binding /tmp",
-            BindShm => "binding /dev/shm",
-            MountProc => "mounting /proc",
-            BindProcSys => "binding /proc/sys",
-            RemountProcSys => "making /proc/sys read-only",
-            ChdirRoot => "entering the new root",
-            PivotRoot => "pivot_root",
-            DetachOldRoot => "detaching the host root",
-            CgroupNs => "unsharing the cgroup namespace",
-            Hostname => "setting the hostname",
-            Setsid => "setsid",
-            Stdio => "setting up stdin/stdout/stderr",
-            Rlimit => "setting rlimits",
-            CapBound => "dropping the capability bounding set",
-            Setgroups => "setgroups",
-            Setgid => "setresgid",
-            Setuid => "setresuid",
-            Capset => "clearing capabilities",
-            NoNewPrivs => "PR_SET_NO_NEW_PRIVS",
-            DeathSig => "PR_SET_PDEATHSIG",
-            Chdir => "entering the working directory",
-            Signals => "resetting signal dispositions",
-            Seccomp => "installing the seccomp filter",
-            SendListener => "handing the seccomp listener to the supervisor",
-            Exec => "execve",
-            Spawn => "starting the program's process",
-            Started => "started",
-        }
-    }
+steps! {
+    Sync = 1 => "waiting for the supervisor",
+    BindRoot => "binding the root template",
+    MountRun => "attaching the run tmpfs (move_mount)",
+    BindWork => "binding /work",
+    BindTmp => "binding /tmp",
+    BindShm => "binding /dev/shm",
+    MountProc => "mounting /proc",
+    BindProcSys => "binding /proc/sys",
+    RemountProcSys => "making /proc/sys read-only",
+    ChdirRoot => "entering the new root",
+    PivotRoot => "pivot_root",
+    DetachOldRoot => "detaching the host root",
+    CgroupNs => "unsharing the cgroup namespace",
+    Hostname => "setting the hostname",
+    Setsid => "setsid",
+    Stdio => "setting up stdin/stdout/stderr",
+    Rlimit => "setting rlimits",
+    CapBound => "dropping the capability bounding set",
+    Setgroups => "setgroups",
+    Setgid => "setresgid",
+    Setuid => "setresuid",
+    Capset => "clearing capabilities",
+    NoNewPrivs => "PR_SET_NO_NEW_PRIVS",
+    DeathSig => "PR_SET_PDEATHSIG",
+    Chdir => "entering the working directory",
+    Signals => "resetting signal dispositions",
+    Seccomp => "installing the seccomp filter",
+    SendListener => "handing the seccomp listener to the supervisor",
+    Exec => "execve",
+    Spawn => "starting the program's process",
+    /// Not a failure: the program has started (pid 1 is becoming its init).
+    Started => "started",
 }
 
 /// Everything the child needs, built before the clone. Raw pointers point into `CString`s and
@@ -899,4 +846,20 @@ pub fn ptr_array(v: &[CString]) -> Vec<*const c_char> {
         .map(|s| s.as_ptr())
         .chain(std::iter::once(std::ptr::null()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Step;
+
+    #[test]
+    fn every_step_decodes_from_its_number_and_is_described() {
+        for &s in Step::ALL {
+            assert_eq!(Step::from_u32(s as u32), Some(s));
+            assert!(!s.describe().is_empty());
+        }
+        assert_eq!(Step::Sync as u32, 1);
+        assert_eq!(Step::from_u32(0), None);
+        assert_eq!(Step::from_u32(Step::Started as u32 + 1), None);
+    }
 }

@@ -1,6 +1,6 @@
 //! System-call numbers and names for the native architecture.
 //!
-//! [`NAMES`] maps every system call this crate knows on the target architecture to its kernel
+//! [`name`] maps every system call this crate knows on the target architecture to its kernel
 //! name, so that a denied call can be reported as `ptrace` rather than `101`. Numbers come from
 //! `libc::SYS_*` where the `libc` crate defines them; [`nr`] supplies the few it lacks (calls
 //! newer than the crate's tables, or ones it omits on aarch64). Numbers 424 and up are shared by
@@ -14,6 +14,7 @@ pub mod nr {
     use libc::c_long;
 
     pub const SYS_cachestat: c_long = 451;
+    pub const SYS_fchmodat2: c_long = 452;
     pub const SYS_map_shadow_stack: c_long = 453;
     pub const SYS_futex_wake: c_long = 454;
     pub const SYS_futex_wait: c_long = 455;
@@ -52,8 +53,6 @@ pub mod nr {
     pub const SYS_setrlimit: c_long = 164;
     #[cfg(target_arch = "aarch64")]
     pub const SYS_io_pgetevents: c_long = 292;
-    #[cfg(target_arch = "aarch64")]
-    pub const SYS_fchmodat2: c_long = 452;
 }
 
 /// Builds `&[(number, "SYS_name")]` from constant paths.
@@ -63,10 +62,10 @@ macro_rules! name_table {
     };
 }
 
-/// Every known system call of the native architecture, in ascending number order, named with
-/// the `SYS_` prefix (stripped by [`name`]).
+/// The system calls numbered below 424 on this architecture, in ascending number order,
+/// named with the `SYS_` prefix (stripped by [`name`]).
 #[cfg(target_arch = "x86_64")]
-pub static NAMES: &[(c_long, &str)] = name_table! {
+static ARCH_NAMES: &[(c_long, &str)] = name_table! {
         libc::SYS_read,
         libc::SYS_write,
         libc::SYS_open,
@@ -403,58 +402,12 @@ pub static NAMES: &[(c_long, &str)] = name_table! {
         nr::SYS_io_pgetevents,
         libc::SYS_rseq,
         nr::SYS_uretprobe,
-        libc::SYS_pidfd_send_signal,
-        libc::SYS_io_uring_setup,
-        libc::SYS_io_uring_enter,
-        libc::SYS_io_uring_register,
-        libc::SYS_open_tree,
-        libc::SYS_move_mount,
-        libc::SYS_fsopen,
-        libc::SYS_fsconfig,
-        libc::SYS_fsmount,
-        libc::SYS_fspick,
-        libc::SYS_pidfd_open,
-        libc::SYS_clone3,
-        libc::SYS_close_range,
-        libc::SYS_openat2,
-        libc::SYS_pidfd_getfd,
-        libc::SYS_faccessat2,
-        libc::SYS_process_madvise,
-        libc::SYS_epoll_pwait2,
-        libc::SYS_mount_setattr,
-        libc::SYS_quotactl_fd,
-        libc::SYS_landlock_create_ruleset,
-        libc::SYS_landlock_add_rule,
-        libc::SYS_landlock_restrict_self,
-        libc::SYS_memfd_secret,
-        libc::SYS_process_mrelease,
-        libc::SYS_futex_waitv,
-        libc::SYS_set_mempolicy_home_node,
-        nr::SYS_cachestat,
-        libc::SYS_fchmodat2,
-        nr::SYS_map_shadow_stack,
-        nr::SYS_futex_wake,
-        nr::SYS_futex_wait,
-        nr::SYS_futex_requeue,
-        nr::SYS_statmount,
-        nr::SYS_listmount,
-        nr::SYS_lsm_get_self_attr,
-        nr::SYS_lsm_set_self_attr,
-        nr::SYS_lsm_list_modules,
-        libc::SYS_mseal,
-        nr::SYS_setxattrat,
-        nr::SYS_getxattrat,
-        nr::SYS_listxattrat,
-        nr::SYS_removexattrat,
-        nr::SYS_open_tree_attr,
-        nr::SYS_file_getattr,
-        nr::SYS_file_setattr,
 };
 
-/// Every known system call of the native architecture, in ascending number order, named with
-/// the `SYS_` prefix (stripped by [`name`]).
+/// The system calls numbered below 424 on this architecture, in ascending number order,
+/// named with the `SYS_` prefix (stripped by [`name`]).
 #[cfg(target_arch = "aarch64")]
-pub static NAMES: &[(c_long, &str)] = name_table! {
+static ARCH_NAMES: &[(c_long, &str)] = name_table! {
         libc::SYS_io_setup,
         libc::SYS_io_destroy,
         libc::SYS_io_submit,
@@ -734,6 +687,10 @@ pub static NAMES: &[(c_long, &str)] = name_table! {
         nr::SYS_io_pgetevents,
         libc::SYS_rseq,
         libc::SYS_kexec_file_load,
+};
+
+/// The system calls numbered 424 and up, the same on every architecture, in ascending order.
+static COMMON_NAMES: &[(c_long, &str)] = name_table! {
         libc::SYS_pidfd_send_signal,
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
@@ -784,8 +741,9 @@ pub static NAMES: &[(c_long, &str)] = name_table! {
 
 /// Kernel name of system call `nr` on the native architecture (`"ptrace"`), if known.
 pub fn name(nr: c_long) -> Option<&'static str> {
-    let i = NAMES.binary_search_by_key(&nr, |&(n, _)| n).ok()?;
-    let full: &'static str = NAMES[i].1;
+    let table = if nr < 424 { ARCH_NAMES } else { COMMON_NAMES };
+    let i = table.binary_search_by_key(&nr, |&(n, _)| n).ok()?;
+    let full: &'static str = table[i].1;
     Some(full.strip_prefix("SYS_").unwrap_or(full))
 }
 
@@ -795,13 +753,16 @@ mod tests {
 
     #[test]
     fn table_is_sorted_and_unique() {
-        for pair in NAMES.windows(2) {
+        assert!(ARCH_NAMES.iter().all(|&(n, _)| n < 424));
+        assert!(COMMON_NAMES.iter().all(|&(n, _)| n >= 424));
+        let all: Vec<_> = ARCH_NAMES.iter().chain(COMMON_NAMES).collect();
+        for pair in all.windows(2) {
             assert!(pair[0].0 < pair[1].0, "{:?} / {:?}", pair[0], pair[1]);
         }
-        let mut names: Vec<&str> = NAMES.iter().map(|&(_, n)| n).collect();
+        let mut names: Vec<&str> = all.iter().map(|&&(_, n)| n).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), NAMES.len());
+        assert_eq!(names.len(), all.len());
     }
 
     #[test]
