@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -297,3 +298,43 @@ def test_exit_cancels_runs_in_flight_instead_of_waiting_for_them():
     t0 = time.monotonic()
     _run_to_end(_EXIT_MID_RUN)
     assert time.monotonic() - t0 < 15, "exit waited for the 30 s run"
+
+
+# A host process with a low soft limit on open files (1,024 is a common default) and many
+# slots busy at once: each busy slot holds about 21 descriptors.
+_LOW_NOFILE = """
+import json, os, resource, threading
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+from agentrl import Limits, Sandbox
+results = []
+with Sandbox(max_concurrency=40) as sb:
+    raised = resource.getrlimit(resource.RLIMIT_NOFILE)
+    def go():
+        for _ in range(2):
+            results.append(sb.run(["sleep", "0.3"]))
+    threads = [threading.Thread(target=go) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    inner = sb.run(["sh", "-c", "ulimit -n"]).stdout.decode().strip()
+bad = [r.summary() for r in results if not r.ok]
+print(json.dumps({"raised": raised, "hard": hard, "bad": bad[:3], "n": len(results),
+                  "inner": inner, "box_limit": Limits().max_open_files}))
+print(os.getpid(), flush=True)
+"""
+
+
+def test_a_low_open_files_limit_is_raised_for_the_slots_and_boxes_keep_their_own():
+    p = _python(_LOW_NOFILE)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    report = json.loads(out.splitlines()[0])
+    assert report["n"] == 80
+    assert report["bad"] == [], report["bad"]  # 40 busy slots need more than 256 descriptors
+    assert report["raised"][0] >= 40 * 21, report["raised"]
+    assert report["raised"][1] >= report["hard"]  # a hard limit is never lowered
+    assert report["inner"] == str(report["box_limit"])  # the box's limit is its own
+    assert not agentrl_cgroup_dirs(int(out.split()[-1]))
+    assert_host_clean()

@@ -273,6 +273,11 @@ class Sandbox:
     limits of :class:`Limits`. A sandbox may be used from many threads at once; the GIL is
     released while a run is in flight.
 
+    ``max_concurrency`` slots (default: 8 per core) run boxes at once. A busy slot holds up to
+    32 of this process's file descriptors, so a sandbox raises the process's soft
+    ``RLIMIT_NOFILE`` (and its hard one, where that is lower and allowed) to make room for
+    its slots; it never lowers a limit, and the boxes keep their own (``Limits.max_open_files``).
+
     ``network=True`` shares the host's network with the box. That is **unsafe**: the program
     can reach every service the host can. Leave it off for untrusted code.
 

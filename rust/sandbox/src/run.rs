@@ -20,7 +20,7 @@ pub(crate) type RunResult<T> = std::result::Result<T, String>;
 pub(crate) fn run_in_slot(shared: &Shared, slot: &mut Slot, run: &Prepared) -> ExecResult {
     match run_inner(shared, slot, run) {
         Ok(r) => r,
-        Err(e) => ExecResult::sandbox_error(e),
+        Err(e) => ExecResult::sandbox_error(crate::rlimit::explain_fd_exhaustion(e)),
     }
 }
 

@@ -159,6 +159,7 @@ impl Sandbox {
                 )))
             }
         };
+        crate::rlimit::make_room_for_slots(config.max_concurrency);
         let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
             .and_then(|s| s.trim().parse().ok())
