@@ -338,3 +338,28 @@ def test_a_low_open_files_limit_is_raised_for_the_slots_and_boxes_keep_their_own
     assert report["inner"] == str(report["box_limit"])  # the box's limit is its own
     assert not agentrl_cgroup_dirs(int(out.split()[-1]))
     assert_host_clean()
+
+
+_MANY_SANDBOXES = """
+import json, os, resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+from agentrl import Sandbox
+for _ in range(40):
+    with Sandbox(max_concurrency=64) as sb:
+        pass
+print(json.dumps(resource.getrlimit(resource.RLIMIT_NOFILE)))
+print(os.getpid(), flush=True)
+"""
+
+
+def test_closed_sandboxes_stop_counting_toward_the_open_files_limit():
+    p = _python(_MANY_SANDBOXES)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0
+    soft, _hard = json.loads(out.splitlines()[0])
+    # Room for the slots of the sandboxes alive at once (the previous one is still bound to
+    # `sb` while the next is made), not for the 40 x 64 made one after another.
+    assert 64 * 32 <= soft < 3 * 64 * 32, soft
+    assert not agentrl_cgroup_dirs(int(out.split()[-1]))
+    assert_host_clean()

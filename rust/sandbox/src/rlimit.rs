@@ -49,24 +49,41 @@ pub fn for_limits(l: &Limits, degraded: bool) -> Vec<(u32, libc::rlimit64)> {
 /// tmpfs, the seccomp listener, pidfds, cgroup files).
 pub const FDS_PER_SLOT: u64 = 32;
 
-/// Slots of every sandbox made in this process so far: the descriptors they may hold at once.
+/// Slots of the sandboxes alive in this process: the descriptors they may hold at once.
 static SLOTS_IN_PROCESS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// A sandbox's share of the room made in `RLIMIT_NOFILE` (see [`make_room_for_slots`]); its
+/// slots stop counting when it is dropped. The limit itself is never lowered again.
+#[derive(Debug)]
+pub struct FdRoom(u64);
+
+impl Drop for FdRoom {
+    fn drop(&mut self) {
+        SLOTS_IN_PROCESS.fetch_sub(self.0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Makes room in this process's `RLIMIT_NOFILE` for `slots` more slots (on top of the
-/// descriptors open now and those of the sandboxes made before), raising the soft limit, and
+/// descriptors open now and those of the other live sandboxes), raising the soft limit, and
 /// the hard one where it is lower and we may (the sandbox runs as root). A common default soft
 /// limit of 1,024 is reached by about 45 busy slots, and the default concurrency is 8 per
 /// core: on a 16-core host, runs would fail with `EMFILE` under load. Never lowers a limit;
-/// best effort (a container may forbid raising the hard limit): returns the soft limit in
-/// force afterwards. The boxes get their own limit (`Limits::max_open_files`), whatever the
-/// host's.
-pub fn make_room_for_slots(slots: usize) -> u64 {
+/// best effort (a container may forbid raising the hard limit). The boxes get their own limit
+/// (`Limits::max_open_files`), whatever the host's. Hold the returned guard as long as the
+/// slots live.
+pub fn make_room_for_slots(slots: usize) -> FdRoom {
     use std::sync::atomic::Ordering;
-    let total = SLOTS_IN_PROCESS.fetch_add(slots as u64, Ordering::Relaxed) + slots as u64;
+    let room = FdRoom(slots as u64);
+    let total = SLOTS_IN_PROCESS.fetch_add(room.0, Ordering::Relaxed) + room.0;
     let open = std::fs::read_dir("/proc/self/fd")
         .map(|d| d.count() as u64)
         .unwrap_or(256);
-    let need = open + total * FDS_PER_SLOT + 64;
+    raise_nofile(open + total * FDS_PER_SLOT + 64);
+    room
+}
+
+/// Raises `RLIMIT_NOFILE` to at least `need` where possible; returns the soft limit after.
+fn raise_nofile(need: u64) -> u64 {
     let mut cur = libc::rlimit64 {
         rlim_cur: 0,
         rlim_max: 0,

@@ -97,6 +97,8 @@ pub(crate) struct Shared {
     /// handle but none of the slot threads behind it: there it refuses runs and leaves the
     /// parent's processes and cgroups alone.
     owner_pid: u32,
+    /// This sandbox's share of the room made in the process's open-file limit.
+    _fd_room: crate::rlimit::FdRoom,
 }
 
 /// An isolated execution environment for untrusted programs. Cheap to share: clone the handle
@@ -159,7 +161,7 @@ impl Sandbox {
                 )))
             }
         };
-        crate::rlimit::make_room_for_slots(config.max_concurrency);
+        let fd_room = crate::rlimit::make_room_for_slots(config.max_concurrency);
         let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -187,6 +189,7 @@ impl Sandbox {
             owner_pid: std::process::id(),
             inflight: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(0),
+            _fd_room: fd_room,
         });
         start_slot(&shared)?;
         Ok(Sandbox { shared })
