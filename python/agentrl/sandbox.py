@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,31 @@ def _interpreter_layout(python: str) -> _InterpreterLayout:
         python=to_box(python),
         path_dirs=dirs,
     )
+
+
+def _check_warm_interpreter(python: str) -> None:
+    """Refuses an interpreter that cannot load agentrl's extension (which the warm
+    interpreters run on): CPython 3.10 or newer. The running one needs no check."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return
+    probe = "import sys; print(sys.implementation.name, *sys.version_info[:2])"
+    try:
+        out = subprocess.run(
+            [python, "-I", "-c", probe], capture_output=True, timeout=60, check=False
+        )
+        name, major, minor = out.stdout.decode().split()
+        version = (int(major), int(minor))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        raise ValueError(
+            f"python: {python!r} did not answer as a Python interpreter "
+            "(it was asked for its version)"
+        ) from None
+    if name != "cpython" or version < (3, 10):
+        raise ValueError(
+            f"python: {python!r} is {name} {version[0]}.{version[1]}; warm interpreters load "
+            "agentrl's extension module, which needs CPython 3.10 or newer (warm=False starts "
+            "this interpreter afresh for each run_python instead)"
+        )
 
 
 def _to_bytes(name: str, v: object) -> bytes:
@@ -292,7 +318,9 @@ class Sandbox:
     ``warm=True`` keeps a warm interpreter per slot for :meth:`run_python`; ``preimports``
     are modules it imports once, and ``preload`` maps module names to *trusted* source text
     that it executes once as modules in ``sys.modules`` (each run sees them already loaded,
-    as a fork: what a run changes in them dies with the run).
+    as a fork: what a run changes in them dies with the run). ``python`` names the interpreter
+    that ``run_python`` uses (default: the one running agentrl; bound read-only into the box);
+    a warm one must be CPython 3.10 or newer, since it loads agentrl's extension module.
     """
 
     def __new__(cls, *args: object, backend: str = "native", **kwargs: object) -> Sandbox:
@@ -345,6 +373,7 @@ class Sandbox:
         self._preload = tuple((preload or {}).items())
         warm_cfg = None
         if warm:
+            _check_warm_interpreter(host_python)
             argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports, self._preload)
             warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
         self._warm = warm
