@@ -663,16 +663,35 @@ impl Template {
             let at = mountpoint.join(rel_path(target));
             attach(fd.as_fd(), &at).map_err(err(format!("binding {}", target.display())))?;
         }
-        // The skeleton itself becomes read-only; binds keep their own attributes.
+        // The skeleton itself becomes read-only; binds keep their own attributes. While
+        // another slot starts a box, its child (a clone of this process, until it closes its
+        // fds or executes) may still hold a file this thread wrote above: the skeleton then
+        // has a writer, and the kernel answers EBUSY until the child lets go, within
+        // milliseconds.
         let mp = open_path(&mountpoint).map_err(err("opening the root".into()))?;
-        set_attrs(
-            mp.as_fd(),
-            false,
-            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        )
-        .map_err(err(
-            "making the root read-only (mount_setattr; Linux 5.12+ needed)".into(),
-        ))?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut pause = std::time::Duration::from_micros(100);
+        loop {
+            match set_attrs(
+                mp.as_fd(),
+                false,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            ) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(20));
+                }
+                r => {
+                    r.map_err(err(
+                        "making the root read-only (mount_setattr; Linux 5.12+ needed)".into(),
+                    ))?;
+                    break;
+                }
+            }
+        }
         Ok(Template { mountpoint })
     }
 }
