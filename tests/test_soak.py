@@ -363,3 +363,27 @@ def test_closed_sandboxes_stop_counting_toward_the_open_files_limit():
     assert 64 * 32 <= soft < 3 * 64 * 32, soft
     assert not agentrl_cgroup_dirs(int(out.split()[-1]))
     assert_host_clean()
+
+
+def test_a_slot_that_cannot_start_leaves_nothing_and_the_others_serve(tmp_path: Path):
+    """A slot added under load that fails to start (here its bind source has vanished) costs
+    nothing: the runs go to the slots there are, no cgroup or thread of it stays, and the
+    sandbox does not retry on every queued run."""
+    data = tmp_path / "data"
+    data.mkdir()
+    before = agentrl_cgroup_dirs(os.getpid())
+    threads_before = threads_of_this_process()
+    box = Sandbox(LIMITS, binds=[(str(data), "/data")], max_concurrency=THREADS)
+    try:
+        data.rmdir()  # every slot made from now on fails to clone its bind source
+        results = hammer(box, [["/bin/true"]], 25)
+        assert all(r.ok for r in results), [why(r) for r in results if not r.ok][:3]
+        assert box._inner.slots == 1
+        slots = {Path(d).name for d in agentrl_cgroup_dirs(os.getpid()) - before}
+        assert {s for s in slots if s.startswith("slot-")} == {"slot-0"}, sorted(slots)
+        assert wait_count_at_most(threads_of_this_process, threads_before + 1) == (
+            threads_before + 1
+        )
+    finally:
+        box.close()
+    assert not agentrl_cgroup_dirs(os.getpid()) - before

@@ -1,7 +1,8 @@
 //! The sandbox: a set of slots, each a thread that owns one box's worth of isolation.
 //!
-//! A slot is created lazily, at most `max_concurrency` of them, and lives until the sandbox
-//! closes. It owns everything that is slow to create and safe to reuse: a private mount
+//! A slot is created lazily, at most `max_concurrency` of them: when the queued runs outnumber
+//! the slots that are not busy (the caller does not wait for it; the other slots serve the
+//! run meanwhile). It lives until the sandbox closes. It owns everything that is slow to create and safe to reuse: a private mount
 //! namespace holding the read-only root template, an empty network namespace, a cgroup (or one
 //! per v1 controller), a host uid/gid of its own and the child stack. A run is handed to an
 //! idle slot through a queue; the caller blocks (without the GIL, in the Python binding)
@@ -65,10 +66,16 @@ struct Job {
 
 struct Queue {
     jobs: VecDeque<Job>,
-    idle: usize,
+    /// Slots running a job (from taking it to just before its reply): the others are idle,
+    /// starting, or back for the next job at once.
+    busy: usize,
     slots: usize,
     next_index: usize,
     closed: bool,
+    /// After a slot failed to start, no other is tried before this (the existing slots serve
+    /// the queue): a cause that lasts would otherwise cost a thread and a network namespace
+    /// per queued run.
+    no_growth_until: Option<std::time::Instant>,
 }
 
 pub(crate) struct Shared {
@@ -174,10 +181,11 @@ impl Sandbox {
             cgroups: Mutex::new(cgroups),
             queue: Mutex::new(Queue {
                 jobs: VecDeque::new(),
-                idle: 0,
+                busy: 0,
                 slots: 0,
                 next_index: 0,
                 closed: false,
+                no_growth_until: None,
             }),
             cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
@@ -191,7 +199,7 @@ impl Sandbox {
             next_run: AtomicU64::new(0),
             _fd_room: fd_room,
         });
-        start_slot(&shared)?;
+        start_slot(&shared, true)?;
         Ok(Sandbox { shared })
     }
 
@@ -256,12 +264,20 @@ impl Sandbox {
                 run: prepared,
                 reply: reply.clone(),
             });
-            let grow = q.idle < q.jobs.len() && q.slots < self.shared.config.max_concurrency;
+            // A slot is added only when the queued jobs outnumber the slots that are not busy.
+            // (Counting only the slots waiting on the queue would add one whenever a caller
+            // submits again the moment its reply wakes it, before its slot is back: 8 callers
+            // grew a sandbox to all its 16 slots, each new one booting a warm interpreter.)
+            let grow = q.jobs.len() > q.slots - q.busy
+                && q.slots < self.shared.config.max_concurrency
+                && q.no_growth_until
+                    .is_none_or(|t| std::time::Instant::now() >= t);
             drop(q);
             self.shared.cv.notify_one();
             if grow {
-                // A failure to add a slot is not fatal: the existing slots serve the job.
-                let _ = start_slot(&self.shared);
+                // Not waited for, and a failure to add a slot is not fatal: the existing slots
+                // serve the job.
+                let _ = start_slot(&self.shared, false);
             }
         }
         let mut slot = reply.slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -571,7 +587,13 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
     })
 }
 
-fn start_slot(shared: &Arc<Shared>) -> Result<()> {
+/// Adds a slot (up to `max_concurrency`). `wait`: until it is ready, returning its set-up
+/// error (the first slot, made by [`Sandbox::new`]). Otherwise the caller goes on at once: a
+/// slot added because runs are queueing serves them once ready, while the existing slots go
+/// on serving them meanwhile; its set-up can take long (creating a network namespace waits
+/// for the kernel's clean-up of dead ones, over a second at times), and a failure only means
+/// one slot fewer.
+fn start_slot(shared: &Arc<Shared>, wait: bool) -> Result<()> {
     let index = {
         let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         if q.closed || q.slots >= shared.config.max_concurrency {
@@ -593,7 +615,13 @@ fn start_slot(shared: &Arc<Shared>) -> Result<()> {
             return Err(Error::setup_io("starting a slot thread", e));
         }
     };
-    match rx.recv() {
+    let ready = if wait {
+        rx.recv()
+    } else {
+        // Dropping the receiver: the slot's report of its set-up goes nowhere.
+        Ok(Ok(()))
+    };
+    match ready {
         Ok(Ok(())) => {
             shared
                 .threads
@@ -637,7 +665,13 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
             s
         }
         Err(e) => {
-            shared.queue.lock().unwrap_or_else(|e| e.into_inner()).slots -= 1;
+            {
+                let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+                q.slots -= 1;
+                q.no_growth_until = Some(std::time::Instant::now() + Duration::from_secs(1));
+            }
+            // `close` may be waiting for the slot count to reach 0.
+            shared.cv.notify_all();
             let _ = ready.send(Err(e));
             return;
         }
@@ -648,18 +682,17 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
             let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
             loop {
                 if let Some(j) = q.jobs.pop_front() {
+                    q.busy += 1;
                     break Some(j);
                 }
                 if q.closed {
                     break None;
                 }
-                q.idle += 1;
                 let (guard, timed_out) = shared
                     .cv
                     .wait_timeout(q, std::time::Duration::from_secs(1))
                     .unwrap_or_else(|e| e.into_inner());
                 q = guard;
-                q.idle -= 1;
                 if timed_out.timed_out()
                     && slot
                         .zygote
@@ -683,6 +716,8 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
                 .unwrap_or_else(|| "unknown panic".into());
             ExecResult::sandbox_error(format!("internal error in the supervisor: {msg}"))
         });
+        // Not busy any more before the caller learns the result (see `busy`).
+        shared.queue.lock().unwrap_or_else(|e| e.into_inner()).busy -= 1;
         *job.reply.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         job.reply.cv.notify_one();
     }
@@ -734,15 +769,7 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
             let s = m
                 .create_slot(index)
                 .map_err(|e| Error::setup(format!("creating the slot cgroup: {e}")))?;
-            if m.version() == cgroup::Version::V1 {
-                // v1 lets one thread join a cgroup: boxes cloned from this thread start inside
-                // it, with no per-run migration.
-                // SAFETY: gettid has no preconditions.
-                let tid = unsafe { libc::gettid() };
-                v1_move_thread(&s, tid, false)
-                    .map_err(|e| Error::setup_io("joining the slot cgroup", e))?;
-            }
-            Some(s)
+            Some((s, m.version() == cgroup::Version::V1))
         }
         None => None,
     };
@@ -763,6 +790,23 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         .ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
     let stack2 =
         ChildStack::new(128 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;
+    // Last, once nothing else can fail: a thread left in a slot cgroup would keep it from
+    // being removed when the half-made slot is dropped.
+    let cgroup = match cgroup {
+        Some((s, true)) => {
+            // v1 lets one thread join a cgroup: boxes cloned from this thread start inside
+            // it, with no per-run migration.
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            if let Err(e) = v1_move_thread(&s, tid, false) {
+                let _ = v1_move_thread(&s, tid, true);
+                return Err(Error::setup_io("joining the slot cgroup", e));
+            }
+            Some(s)
+        }
+        Some((s, false)) => Some(s),
+        None => None,
+    };
     Ok(Slot {
         paths,
         stack,
