@@ -100,6 +100,10 @@ pub(crate) struct Shared {
     /// [`Sandbox::close_now`]).
     inflight: Mutex<HashMap<u64, Arc<AtomicBool>>>,
     next_run: AtomicU64,
+    /// A warm run has been asked for: slots added from then on start their warm interpreter
+    /// before taking a run, rather than with the first one (which would wait for the boot
+    /// while the other slots could have served it).
+    warm_asked: AtomicBool,
     /// The process that made the sandbox. A child made with `fork()` inherits a copy of this
     /// handle but none of the slot threads behind it: there it refuses runs and leaves the
     /// parent's processes and cgroups alone.
@@ -197,6 +201,7 @@ impl Sandbox {
             owner_pid: std::process::id(),
             inflight: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(0),
+            warm_asked: AtomicBool::new(false),
             _fd_room: fd_room,
         });
         start_slot(&shared, true)?;
@@ -250,6 +255,9 @@ impl Sandbox {
             .get_or_insert_with(|| Arc::new(AtomicBool::new(false)))
             .clone();
         let prepared = prepare(&self.shared.config, req)?;
+        if prepared.warm {
+            self.shared.warm_asked.store(true, Ordering::Relaxed);
+        }
         let _registered = Inflight::register(&self.shared, &cancel);
         let reply = Arc::new(Reply {
             slot: Mutex::new(None),
@@ -677,6 +685,10 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
         }
     };
     let mut slot = slot;
+    if shared.warm_asked.load(Ordering::Relaxed) {
+        // A failure here is reported by the first warm run, which tries again.
+        let _ = crate::zygote::ensure(&shared, &mut slot);
+    }
     loop {
         let job = {
             let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
