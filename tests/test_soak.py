@@ -387,3 +387,13 @@ def test_a_slot_that_cannot_start_leaves_nothing_and_the_others_serve(tmp_path: 
     finally:
         box.close()
     assert not agentrl_cgroup_dirs(os.getpid()) - before
+
+
+def test_a_sandbox_grows_no_more_slots_than_its_callers_keep_busy():
+    """Slots are added only while queued runs outnumber the slots that are not busy, so N
+    callers in a loop never make more than N (8 callers used to grow a sandbox to all its 16
+    slots: a caller submits again the moment its result wakes it, before its slot is back)."""
+    with Sandbox(LIMITS, max_concurrency=4 * THREADS) as box:
+        results = hammer(box, [["/bin/true"], ["sh", "-c", ":"]], 40)
+        assert all(r.ok for r in results), [why(r) for r in results if not r.ok][:3]
+        assert 1 <= box._inner.slots <= THREADS, box._inner.slots
