@@ -2,9 +2,10 @@
 //!
 //! A slot is created lazily, at most `max_concurrency` of them: when the queued runs outnumber
 //! the slots that are not busy (the caller does not wait for it; the other slots serve the
-//! run meanwhile). It lives until the sandbox closes. It owns everything that is slow to create and safe to reuse: a private mount
-//! namespace holding the read-only root template, an empty network namespace, a cgroup (or one
-//! per v1 controller), a host uid/gid of its own and the child stack. A run is handed to an
+//! run meanwhile). It lives until the sandbox closes. It owns everything that is slow to
+//! create and safe to reuse: a private mount namespace holding the read-only root template, an
+//! empty network namespace, a cgroup (or one per v1 controller), a host uid/gid of its own and
+//! the child stack. A run is handed to an
 //! idle slot through a queue; the caller blocks (without the GIL, in the Python binding)
 //! until the slot replies. One slot runs one box at a time, so no two live boxes ever share a
 //! network namespace, a cgroup or a host identity.
