@@ -94,6 +94,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::retry;
+
 /// Where cgroup file systems are mounted on a normal host.
 pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
 
@@ -405,12 +407,6 @@ fn pid_alive(pid: libc::pid_t) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// Sleeps with exponential back-off, starting at 50 µs and capped at 10 ms.
-fn backoff(pause: &mut Duration) {
-    std::thread::sleep(*pause);
-    *pause = (*pause * 2).min(Duration::from_millis(10));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Fake trees (tests).
 
@@ -487,15 +483,9 @@ fn remove_cgroup_dir(path: &Path, fake: bool) -> io::Result<()> {
             }
         }
     }
-    let deadline = Instant::now() + RMDIR_TIMEOUT;
-    let mut pause = Duration::from_micros(50);
-    loop {
-        match fs::remove_dir(path) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-            Err(e) if errno(&e) == libc::EBUSY && Instant::now() < deadline => backoff(&mut pause),
-            Err(e) => return Err(e),
-        }
+    match retry::while_busy(RMDIR_TIMEOUT, || fs::remove_dir(path)) {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        r => r,
     }
 }
 
@@ -524,7 +514,7 @@ fn remove_tree(dir: &Path, fake: bool, kill: bool) -> bool {
     }
     if kill && !fake {
         let deadline = Instant::now() + KILL_TIMEOUT;
-        let mut pause = Duration::from_micros(50);
+        let mut pause = retry::FIRST_PAUSE;
         loop {
             let me = std::process::id() as libc::pid_t;
             let mut pids = fs::read(dir.join("cgroup.procs"))
@@ -535,7 +525,7 @@ fn remove_tree(dir: &Path, fake: bool, kill: bool) -> bool {
                 break;
             }
             pids.into_iter().for_each(sigkill);
-            backoff(&mut pause);
+            retry::backoff(&mut pause);
         }
     }
     remove_cgroup_dir(dir, fake).is_ok()
@@ -1612,7 +1602,7 @@ impl Slot {
                 .map_err(|e| self.write_error(PIDS, c"cgroup.kill", "1", e))?;
         }
         let deadline = Instant::now() + KILL_TIMEOUT;
-        let mut pause = Duration::from_micros(50);
+        let mut pause = retry::FIRST_PAUSE;
         let mut current = seen.clone();
         loop {
             if !use_kill {
@@ -1645,7 +1635,7 @@ impl Slot {
                     KILL_TIMEOUT
                 )));
             }
-            backoff(&mut pause);
+            retry::backoff(&mut pause);
             current = self.list_procs(primary)?.0;
         }
         seen.sort_unstable();

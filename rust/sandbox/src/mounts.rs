@@ -669,29 +669,16 @@ impl Template {
         // has a writer, and the kernel answers EBUSY until the child lets go, within
         // milliseconds.
         let mp = open_path(&mountpoint).map_err(err("opening the root".into()))?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        let mut pause = std::time::Duration::from_micros(100);
-        loop {
-            match set_attrs(
+        crate::retry::while_busy(std::time::Duration::from_secs(5), || {
+            set_attrs(
                 mp.as_fd(),
                 false,
                 MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-            ) {
-                Err(e)
-                    if e.raw_os_error() == Some(libc::EBUSY)
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(std::time::Duration::from_millis(20));
-                }
-                r => {
-                    r.map_err(err(
-                        "making the root read-only (mount_setattr; Linux 5.12+ needed)".into(),
-                    ))?;
-                    break;
-                }
-            }
-        }
+            )
+        })
+        .map_err(err(
+            "making the root read-only (mount_setattr; Linux 5.12+ needed)".into(),
+        ))?;
         Ok(Template { mountpoint })
     }
 }
