@@ -44,6 +44,16 @@ pub fn for_limits(l: &Limits, degraded: bool) -> Vec<(u32, libc::rlimit64)> {
         .collect()
 }
 
+/// This process's `RLIMIT_NOFILE`, if the kernel tells.
+fn nofile() -> Option<libc::rlimit64> {
+    let mut cur = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit64 writes a valid rlimit64 into `cur`.
+    (unsafe { libc::getrlimit64(libc::RLIMIT_NOFILE, &mut cur) } == 0).then_some(cur)
+}
+
 /// File descriptors the supervisor holds per slot at the most, with room to spare: measured
 /// about 11 for an idle slot with a warm interpreter and 21 during a run (pipes, the run's
 /// tmpfs, the seccomp listener, pidfds, cgroup files).
@@ -82,18 +92,13 @@ pub fn make_room_for_slots(slots: usize) -> FdRoom {
     room
 }
 
-/// Raises `RLIMIT_NOFILE` to at least `need` where possible; returns the soft limit after.
-fn raise_nofile(need: u64) -> u64 {
-    let mut cur = libc::rlimit64 {
-        rlim_cur: 0,
-        rlim_max: 0,
+/// Raises `RLIMIT_NOFILE` to at least `need` where possible.
+fn raise_nofile(need: u64) {
+    let Some(cur) = nofile() else {
+        return;
     };
-    // SAFETY: getrlimit64 writes a valid rlimit64 into `cur`.
-    if unsafe { libc::getrlimit64(libc::RLIMIT_NOFILE, &mut cur) } != 0 {
-        return 0;
-    }
     if cur.rlim_cur >= need {
-        return cur.rlim_cur;
+        return;
     }
     if cur.rlim_max < need {
         // The kernel's ceiling for RLIMIT_NOFILE.
@@ -108,7 +113,7 @@ fn raise_nofile(need: u64) -> u64 {
         // SAFETY: setrlimit64 reads a valid rlimit64; raising the hard limit needs
         // CAP_SYS_RESOURCE and fails harmlessly without it.
         if unsafe { libc::setrlimit64(libc::RLIMIT_NOFILE, &both) } == 0 {
-            return both.rlim_cur;
+            return;
         }
     }
     let soft = libc::rlimit64 {
@@ -116,11 +121,8 @@ fn raise_nofile(need: u64) -> u64 {
         rlim_max: cur.rlim_max,
     };
     // SAFETY: setrlimit64 reads a valid rlimit64; a soft limit up to the hard one is always
-    // allowed.
-    if unsafe { libc::setrlimit64(libc::RLIMIT_NOFILE, &soft) } == 0 {
-        return soft.rlim_cur;
-    }
-    cur.rlim_cur
+    // allowed (and a failure leaves the limit as it was).
+    unsafe { libc::setrlimit64(libc::RLIMIT_NOFILE, &soft) };
 }
 
 /// Adds what to do to an infrastructure error that ran out of file descriptors.
@@ -129,12 +131,10 @@ pub fn explain_fd_exhaustion(error: String) -> String {
     if !ours && !error.contains("(os error 23)") {
         return error;
     }
-    let mut cur = libc::rlimit64 {
+    let cur = nofile().unwrap_or(libc::rlimit64 {
         rlim_cur: 0,
         rlim_max: 0,
-    };
-    // SAFETY: getrlimit64 writes a valid rlimit64 into `cur`.
-    unsafe { libc::getrlimit64(libc::RLIMIT_NOFILE, &mut cur) };
+    });
     if ours {
         format!(
             "{error}: this process has run out of file descriptors (RLIMIT_NOFILE {} soft, {} \
