@@ -46,6 +46,7 @@ from typing import Any
 
 from agentrl._jobs import _percentiles
 from agentrl.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
+from agentrl.jobs import _check_int
 
 __all__ = [
     "Episode",
@@ -156,8 +157,7 @@ class RolloutScheduler:
             raise TypeError(f"env_factory must be callable, got {type(env_factory).__name__}")
         if config is not None and not isinstance(config, SchedulerConfig):
             raise TypeError(f"config must be a SchedulerConfig, got {type(config).__name__}")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise ValueError(f"version must be a non-negative int, got {version!r}")
+        _check_int("version", version, 0, None)
         self.config = config or SchedulerConfig()
         self.pool = pool
         self._generate = generate
