@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -114,8 +115,15 @@ def _interpreter_layout(python: str) -> _InterpreterLayout:
 def _check_warm_interpreter(python: str) -> None:
     """Refuses an interpreter that cannot load agentrl's extension (which the warm
     interpreters run on): CPython 3.10 or newer. The running one needs no check."""
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        return
+    real = os.path.realpath(python)
+    if real != os.path.realpath(sys.executable):
+        _check_other_interpreter(python, real, os.stat(real).st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _check_other_interpreter(python: str, real: str, mtime_ns: int) -> None:
+    """:func:`_check_warm_interpreter` for another interpreter, asked once per file and
+    version of it (``real`` and ``mtime_ns`` key the cache; a refusal is not cached)."""
     probe = "import sys; print(sys.implementation.name, *sys.version_info[:2])"
     try:
         out = subprocess.run(
