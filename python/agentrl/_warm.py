@@ -59,6 +59,9 @@ def _agentrl_zygote(core_path, preimports, preload):
     if after_fork_code is not None and threading.active_count() == 1:
         after_fork.__code__ = (lambda: None).__code__
     ctl = 3
+    # Last: the supervisor takes what this interpreter holds now as the baseline that each
+    # run's memory is counted above.
+    core._zygote_trim()
     core._zygote_send(ctl, b"R", [])
     # The request loop is in Rust (each line of Python here would copy pages into every
     # run): it returns only in a run, set up, with the environment to install (None: this

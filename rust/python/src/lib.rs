@@ -276,6 +276,12 @@ fn _zygote_init() {
     sb::zygote::interpreter_init();
 }
 
+/// Returns the free pages of the heap to the kernel (last, before the interpreter says ready).
+#[pyfunction]
+fn _zygote_trim() {
+    sb::zygote::release_free_heap();
+}
+
 /// The warm interpreter, as the request loop sees it.
 struct Warm<'py> {
     py: Python<'py>,
@@ -385,6 +391,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_serve, m)?)?;
+    m.add_function(wrap_pyfunction!(_zygote_trim, m)?)?;
     m.add("AgentRLError", m.py().get_type::<AgentRLError>())?;
     m.add("SandboxError", m.py().get_type::<SandboxError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -495,7 +495,6 @@ pub fn serve(
     interp: &mut impl Interpreter,
     own_env: &[u8],
 ) -> std::io::Result<Option<Option<Env>>> {
-    release_free_heap();
     loop {
         let Some((mut payload, fds)) = interp.blocking(|| receive_request(ctl))? else {
             return Ok(None);
@@ -550,12 +549,13 @@ pub fn serve(
     }
 }
 
-/// Gives the kernel back the free pages of the interpreter's `malloc` heap before the first
-/// fork. Start-up (compiling the bootstrap and the preloaded modules, importing) leaves
-/// megabytes of freed but resident heap behind, and every fork copies the page table entry of
-/// every resident page and every exit tears it down again: on a typical warm interpreter this
-/// is a quarter of its anonymous memory, and fork and exit are most of a warm run's cost.
-fn release_free_heap() {
+/// Gives the kernel back the free pages of the interpreter's `malloc` heap, once started and
+/// before it says so: compiling preloaded sources leaves freed but resident heap behind (1.9
+/// of 11.5 MB for the Evaluator's harness), which every fork would copy the page table entries
+/// of and every exit tear down. It must come before the interpreter reports ready: the
+/// supervisor then samples the slot's memory as the interpreter's baseline, which each run's
+/// memory limit is counted above.
+pub fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free memory of glibc's own arenas to the kernel; the
     // interpreter is single-threaded here.
