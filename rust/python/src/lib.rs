@@ -107,7 +107,7 @@ impl PySandbox {
     }
 
     /// Runs one program; returns a dict of the verdict fields.
-    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false, session=None))]
+    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false, session=None, pass_fds=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -121,7 +121,9 @@ impl PySandbox {
         env: Vec<(String, String)>,
         warm: bool,
         session: Option<PyRef<'py, PySession>>,
+        pass_fds: Vec<i32>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let pass_fds = dup_fds(&pass_fds)?;
         let req = sb::RunRequest {
             warm,
             session: session.map(|s| s.inner.clone()),
@@ -133,6 +135,7 @@ impl PySandbox {
             cwd,
             env,
             cancel: None,
+            pass_fds,
         };
         let inner = self.inner.clone();
         // The run blocks this thread without the GIL; a signal (Ctrl-C) is looked for every
@@ -257,6 +260,30 @@ fn result_dict<'py>(py: Python<'py>, r: sb::ExecResult) -> PyResult<Bound<'py, P
     d.set_item("truncated_files", r.truncated_files)?;
     d.set_item("error", r.error)?;
     Ok(d)
+}
+
+/// Copies the caller's fds for a run (`pass_fds`): the run holds its own copies, whatever
+/// the caller closes meanwhile.
+fn dup_fds(fds: &[i32]) -> PyResult<Vec<Arc<std::os::fd::OwnedFd>>> {
+    use std::os::fd::FromRawFd;
+    fds.iter()
+        .map(|&fd| {
+            if fd < 0 {
+                return Err(PyValueError::new_err(format!(
+                    "pass_fds: {fd} is not a file descriptor"
+                )));
+            }
+            // SAFETY: F_DUPFD_CLOEXEC on any int is safe: it fails with EBADF unless the fd is
+            // open, and a success returns a new fd that we own.
+            let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if new < 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(PyValueError::new_err(format!("pass_fds: fd {fd}: {e}")));
+            }
+            // SAFETY: a fresh fd from fcntl, owned by nobody else.
+            Ok(Arc::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(new) }))
+        })
+        .collect()
 }
 
 // ---- Used only inside a warm interpreter (see agentrl-sandbox's `zygote` module). ----

@@ -114,7 +114,14 @@ pub struct RunRequest {
     /// Set it (from any thread) to stop the run: a queued run does not start, a live box is
     /// killed within the watch loop's 10 ms poll; either way the verdict is `sandbox_error`.
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Host fds a warm run gets as its fds 3, 4, ... (at most [`MAX_PASS_FDS`]), in order:
+    /// whatever they reach (a pipe, a socket) the run can use, so pass only what it may
+    /// hold. Warm runs only.
+    pub pass_fds: Vec<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
+
+/// The most fds a run can be given ([`RunRequest::pass_fds`]).
+pub const MAX_PASS_FDS: usize = 8;
 
 /// Checks that `s` has no NUL byte and returns it as a C string.
 pub(crate) fn cstring(field: &str, s: &[u8]) -> Result<CString> {

@@ -5,7 +5,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-const MAX_FDS: usize = 8;
+/// A warm run's request: its 7 fds and those passed to the run.
+const MAX_FDS: usize = 7 + crate::config::MAX_PASS_FDS;
+// The control buffers below (128 bytes) hold a header (16) and MAX_FDS fds.
+const _: () = assert!(16 + 4 * MAX_FDS <= 128);
 
 /// Sends one message carrying `data` and `fds`.
 pub fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
@@ -25,7 +28,7 @@ pub fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> 
         let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = space;
-        // SAFETY: the control buffer is large enough (16 u64 = 128 bytes for up to 8 fds) and
+        // SAFETY: the control buffer is large enough (16 u64 = 128 bytes; 15 fds take 80) and
         // aligned; CMSG_FIRSTHDR returns a pointer into it.
         unsafe {
             let c = libc::CMSG_FIRSTHDR(&msg);

@@ -53,6 +53,8 @@ pub(crate) struct Prepared {
     pub session: Option<(OwnedFd, u32)>,
     /// See [`RunRequest::cancel`].
     pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// See [`RunRequest::pass_fds`].
+    pub pass_fds: Vec<Arc<OwnedFd>>,
 }
 
 struct Reply {
@@ -504,6 +506,22 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
             "a session's files are given when it is created; a step writes files with its command",
         ));
     }
+    if !req.pass_fds.is_empty() && !req.warm {
+        return Err(Error::invalid(
+            "pass_fds",
+            "only a warm run (run_python) takes fds",
+        ));
+    }
+    if req.pass_fds.len() > config::MAX_PASS_FDS {
+        return Err(Error::invalid(
+            "pass_fds",
+            format!(
+                "{} fds given, at most {} can be passed",
+                req.pass_fds.len(),
+                config::MAX_PASS_FDS
+            ),
+        ));
+    }
     if req.warm && !req.files.iter().any(|(n, _)| n == "__main__.py") {
         return Err(Error::invalid("files", "a warm run needs __main__.py"));
     }
@@ -589,6 +607,7 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         limits,
         warm: req.warm,
         cancel: req.cancel,
+        pass_fds: req.pass_fds,
         session: match req.session {
             Some(s) => Some((s.step_mount()?, s.host_id)),
             None => None,

@@ -236,7 +236,7 @@ pub(crate) fn launch(
         prepared.cwd.as_bytes(),
         &prepared.env,
     );
-    let send = [
+    let mut send = vec![
         fds.run_mount.as_raw_fd(),
         fds.stdin.as_raw_fd(),
         fds.stdout.as_raw_fd(),
@@ -245,6 +245,7 @@ pub(crate) fn launch(
         fds.listener_sock.as_raw_fd(),
         go_r.as_raw_fd(),
     ];
+    send.extend(prepared.pass_fds.iter().map(|f| f.as_raw_fd()));
     fdpass::send(z.ctl.as_fd(), &payload, &send).map_err(|e| {
         if e.raw_os_error() == Some(libc::EMSGSIZE) {
             format!(
@@ -820,12 +821,13 @@ fn unshare_pid() -> std::io::Result<()> {
 }
 
 /// In the forked child: builds the run's view and drops every privilege, exactly as a cold
-/// run does, then closes every fd but 0/1/2. `fds` are, in order: run tmpfs, stdin, stdout,
-/// stderr, status pipe, listener socket. Returns the environment to install (`None`: the
-/// interpreter's own, `own_env` as [`encode_env`] writes it); on failure it
-/// reports the step on the status pipe and exits with status 126. A seventh fd, the "go"
-/// pipe, is read once everything else is done: the supervisor writes to it after moving
-/// this process into the slot's cgroup.
+/// run does, then closes every fd but 0/1/2 and the fds passed to the run. `fds` are, in
+/// order: run tmpfs, stdin, stdout, stderr, status pipe, listener socket, the "go" pipe, then
+/// the fds passed to the run ([`crate::RunRequest::pass_fds`]), which become its fds 3, 4, ...
+/// Returns the environment to install (`None`: the interpreter's own, `own_env` as
+/// [`encode_env`] writes it); on failure it reports the step on the status pipe and exits
+/// with status 126. The "go" pipe is read once everything else is done: the supervisor writes
+/// to it after moving this process into the slot's cgroup.
 fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
     let status = fds.get(4).copied().unwrap_or(-1);
     let fail = |step: Step, errno: i32| -> ! {
@@ -846,9 +848,10 @@ fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
     let Some(req) = decode(payload, own_env) else {
         fail(Step::Sync, libc::EINVAL)
     };
-    if fds.len() != 7 {
+    if fds.len() < 7 || fds.len() > 7 + crate::config::MAX_PASS_FDS {
         fail(Step::Sync, libc::EBADF);
     }
+    let passed = &fds[7..];
     let ok = |r: libc::c_int, step: Step| {
         if r < 0 {
             fail(step, last());
@@ -926,6 +929,14 @@ fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
         for (fd, target) in [(fds[1], 0), (fds[2], 1), (fds[3], 2)] {
             ok(libc::dup2(fd, target), Step::Stdio);
         }
+        // The passed fds become 3, 4, ... at the end; first each is copied above that range,
+        // where no later step can take its number.
+        let first = 3 + passed.len() as libc::c_int;
+        let mut high = [-1; crate::config::MAX_PASS_FDS];
+        for (h, &fd) in high.iter_mut().zip(passed) {
+            *h = libc::fcntl(fd, libc::F_DUPFD, first);
+            ok(*h, Step::Stdio);
+        }
         for (res, lim) in &req.rlimits {
             ok(
                 libc::prlimit64(0, *res, lim, std::ptr::null_mut()),
@@ -991,8 +1002,17 @@ fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
         let mut rec = [0u8; 8];
         rec[..4].copy_from_slice(&(Step::Started as u32).to_ne_bytes());
         libc::write(status, rec.as_ptr().cast(), 8);
+        // The passed fds into place as 3, 4, ... (dup2 clears close-on-exec); what those
+        // numbers held is no longer needed. dup2 of an open fd below the fd limit only fails
+        // on a kernel race (EBUSY), after the supervisor was told the run started: the run
+        // then ends with status 126.
+        for (i, &h) in high[..passed.len()].iter().enumerate() {
+            if libc::dup2(h, 3 + i as libc::c_int) < 0 {
+                libc::_exit(126);
+            }
+        }
         // Nothing of the interpreter's stays open: not its control socket, not the request.
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+        libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0u32);
     }
     req.env
 }
