@@ -111,6 +111,29 @@ def test_files_collect_stdin_env_limits(pool: SandboxPool) -> None:
     assert t.status is Status.TIMEOUT
 
 
+def test_python_jobs_take_fds_the_job_holds_until_it_ends(pool: SandboxPool) -> None:
+    r, w = os.pipe()
+    try:
+        fut = pool.submit_python("import os\nos.write(3, b'from the job')", pass_fds=[w])
+        os.close(w)  # the job holds its own copy from submission on
+        w = -1
+        assert fut.result(10).ok
+        assert os.read(r, 100) == b"from the job"
+        assert os.read(r, 100) == b""  # the job's copy ended with it
+        before = pool.stats()["submitted"]
+        with pytest.raises(TypeError, match="pass_fds"):
+            pool.submit(["/bin/true"], pass_fds=[r])  # argv jobs are cold
+        with pytest.raises(ValueError, match="Bad file descriptor"):
+            pool.submit_python("pass", pass_fds=[1 << 20])
+        with pytest.raises(ValueError, match="pass_fds"):
+            pool.submit_many(["pass", {"source": "pass", "pass_fds": [-1]}])
+        assert pool.stats()["submitted"] == before  # nothing was submitted
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+
+
 def test_validation_raises_at_submit(pool: SandboxPool) -> None:
     before = pool.stats()["submitted"]
     with pytest.raises(TypeError):

@@ -61,6 +61,7 @@ _SandboxItem = tuple[
     int,  # group
     int,  # priority
     float | None,  # deadline, seconds from now
+    list[int],  # pass_fds (warm runs only)
 ]
 # (record type, (completed, cancelled, expired, failed)): `collect` then returns instances of
 # the record type made of (id, status, result, reason); without it, (id, kind, value) tuples.

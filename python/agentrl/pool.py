@@ -29,7 +29,14 @@ from agentrl.jobs import (
 )
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
-from agentrl.sandbox import Sandbox, _env_pairs, _file_list, _python_files, _run_args
+from agentrl.sandbox import (
+    Sandbox,
+    _check_pass_fds,
+    _env_pairs,
+    _file_list,
+    _python_files,
+    _run_args,
+)
 
 __all__ = [
     "JobExpired",
@@ -42,7 +49,7 @@ __all__ = [
     "SandboxPool",
 ]
 
-_RUN_KEYS = frozenset({"stdin", "files", "collect", "limits", "cwd", "env"})
+_RUN_KEYS = frozenset({"stdin", "files", "collect", "limits", "cwd", "env", "pass_fds"})
 
 
 class SandboxPool(_JobPool):
@@ -151,6 +158,8 @@ class SandboxPool(_JobPool):
         unknown = set(kw) - _RUN_KEYS - _SCHED_KEYS
         if python and "cwd" in kw:
             unknown.add("cwd")
+        if not python and "pass_fds" in kw:
+            unknown.add("pass_fds")
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         files = kw.get("files")
@@ -165,7 +174,10 @@ class SandboxPool(_JobPool):
         sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
         lt = None if limits is None else limits._as_tuple()
         env = _env_pairs("env", kw.get("env"))
-        return (args, data, _file_list(files), names, lt, cwd, env, warm, *sched)
+        fds = list(_check_pass_fds(kw.get("pass_fds", ())))
+        if fds and not warm:
+            raise ValueError("pass_fds needs a warm sandbox (warm=True)")
+        return (args, data, _file_list(files), names, lt, cwd, env, warm, *sched, fds)
 
     def _job(self, job: Any, common: Mapping[str, Any]) -> tuple:
         """A ``submit_many``/``map`` entry: argv, Python source (str) or a mapping."""

@@ -264,7 +264,7 @@ fn result_dict<'py>(py: Python<'py>, r: sb::ExecResult) -> PyResult<Bound<'py, P
 
 /// Copies the caller's fds for a run (`pass_fds`): the run holds its own copies, whatever
 /// the caller closes meanwhile.
-fn dup_fds(fds: &[i32]) -> PyResult<Vec<Arc<std::os::fd::OwnedFd>>> {
+pub(crate) fn dup_fds(fds: &[i32]) -> PyResult<Vec<Arc<std::os::fd::OwnedFd>>> {
     use std::os::fd::FromRawFd;
     fds.iter()
         .map(|&fd| {

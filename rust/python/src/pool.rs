@@ -365,6 +365,7 @@ type SandboxItem = (
     u64,
     i32,
     Option<f64>,
+    Vec<i32>,
 );
 
 /// A scheduler pool whose jobs are runs on a sandbox.
@@ -416,6 +417,7 @@ impl PyPool {
                 cwd: it.5,
                 env: it.6,
                 warm: it.7,
+                pass_fds: crate::dup_fds(&it.11)?,
                 ..sb::RunRequest::default()
             };
             specs.push(spec(req, it.8, it.9, it.10)?);
