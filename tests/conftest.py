@@ -14,9 +14,11 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from agentrl import ExecResult, Limits, Sandbox
+from agentrl import ExecResult, JobFailed, Limits, Sandbox
+from agentrl.evaluation import Evaluator
 
 BOX_UID_BASE = 0x5A000000
 BOX_UID_RANGE = 4096
@@ -111,11 +113,16 @@ def host_procs_of_box_uids(
     the same time, so by default only the boxes of this process count: those below it in the
     process tree, or carrying this session's environment marker (in case one escaped the tree).
     The warm interpreters ("zygotes", one per slot, alive until ``close()``) are the sandbox's
-    own and are left out unless ``with_zygotes``; the runs forked from them are counted.
+    own and are left out unless ``with_zygotes``; the runs forked from them are counted, but
+    for the persistent judges of open Evaluators (comm ``agentrl-judge``, alive until the
+    Evaluator closes, see :func:`judge_procs`) and the idle inits of their pid namespaces.
     """
     mine = my_descendants() if mine_only else set()
+    judges = {ns for _, ns in judge_procs()} if not with_zygotes else set()
     out = []
     for pid in host_pids():
+        if judges and _pid_ns(pid) in judges:
+            continue
         ids = status_ids(str(pid))
         if ids is None or not (_in_box_range(ids[0]) or _in_box_range(ids[1])):
             continue
@@ -125,6 +132,27 @@ def host_procs_of_box_uids(
         if not with_zygotes and ZYGOTE_MARK in cmd and not _box_parent(pid):
             continue
         out.append((pid, ids[0], cmd))
+    return out
+
+
+def _pid_ns(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def judge_procs() -> list[tuple[int, str | None]]:
+    """The host's persistent judges (see ``agentrl.evaluation._judges``): (pid, pid ns)."""
+    out = []
+    for pid in host_pids():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != "agentrl-judge":
+                    continue
+        except OSError:
+            continue
+        out.append((pid, _pid_ns(pid)))
     return out
 
 
@@ -317,3 +345,19 @@ def tcp_listener() -> Iterator[socket.socket]:
         s.listen(8)
         s.setblocking(False)
         yield s
+
+
+class FlakyEvaluator(Evaluator):
+    """Fault injection: the runs of tasks whose id starts with "flaky" end as if the sandbox
+    had given up on them (a persistent judge that gave no verdict, or a pool job that ended
+    as JobFailed), through the evaluator's own masking paths."""
+
+    def _serve(self, task: Any, message: bytes, source: str, limits: Any) -> Any:
+        if task.task_id.startswith("flaky"):
+            return None, None, "sandbox job failed: injected, the sandbox kept failing"
+        return super()._serve(task, message, source, limits)
+
+    def _finish(self, task: Any, outcomes: list[Any], nonce: str) -> Any:
+        if task.task_id.startswith("flaky"):
+            outcomes = [JobFailed("injected: the sandbox kept failing") for _ in outcomes]
+        return super()._finish(task, outcomes, nonce)

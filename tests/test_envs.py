@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agentrl import EpisodeStatus, JobFailed, Limits, RolloutScheduler, Sandbox, SchedulerConfig
+from agentrl import EpisodeStatus, Limits, RolloutScheduler, Sandbox, SchedulerConfig
 from agentrl.envs import (
     CodeEnv,
     CodeEnvConfig,
@@ -24,6 +24,7 @@ from agentrl.envs import (
 )
 from agentrl.evaluation import Evaluator, FunctionTask, IOCase, IOTask
 from agentrl.rewards import RewardConfig
+from conftest import FlakyEvaluator
 
 # ---------------------------------------------------------------- protocol helpers
 
@@ -251,16 +252,6 @@ HALF = "    return a * b\n"  # passes only the 0 + 0 case: 1 of 3
 CRASH = "    return a / 0\n"
 
 
-class FlakyEvaluator(Evaluator):
-    """Fault injection: the sandbox jobs of tasks whose id starts with "flaky" end as if the
-    pool had given up on them (JobFailed), through the evaluator's own masking path."""
-
-    def _finish(self, task: Any, outcomes: list[Any], nonce: str) -> Any:
-        if task.task_id.startswith("flaky"):
-            outcomes = [JobFailed("injected: the sandbox kept failing") for _ in outcomes]
-        return super()._finish(task, outcomes, nonce)
-
-
 @pytest.fixture(scope="module")
 def evaluator() -> Iterator[Evaluator]:
     with FlakyEvaluator(workers=4, timeout=3.0) as ev:
@@ -340,6 +331,7 @@ def test_code_envs_mask_infrastructure_failures(evaluator: Evaluator) -> None:
     env.reset(flaky)
     r = env.step(GOOD)
     assert r.reward is None and r.done and "sandbox" in r.info["masked"]
+    assert evaluator._served  # the function task went through the persistent judge's path
     rep = CodeRepairEnv(evaluator)
     rep.reset(flaky)
     r = rep.step(CRASH)

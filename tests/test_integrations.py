@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentrl import JobFailed
 from agentrl.evaluation import Evaluator, FunctionTask
 from agentrl.integrations import verl as verl_adapter
 from agentrl.integrations.trl import AsyncCodeReward, CodeReward
+from conftest import FlakyEvaluator
 
 
 def _quiet_import(name: str) -> Any:
@@ -40,15 +40,6 @@ ROW = {"task_id": "add", "test": TEST, "entry_point": "add"}
 GOOD = "    return a + b\n"
 HALF = "    return a * b\n"
 FENCED = "```python\ndef add(a, b):\n    return b + a\n```"
-
-
-class FlakyEvaluator(Evaluator):
-    """Fault injection: jobs of tasks whose id starts with "flaky" end as JobFailed."""
-
-    def _finish(self, task: Any, outcomes: list[Any], nonce: str) -> Any:
-        if task.task_id.startswith("flaky"):
-            outcomes = [JobFailed("injected: the sandbox kept failing") for _ in outcomes]
-        return super()._finish(task, outcomes, nonce)
 
 
 @pytest.fixture(scope="module")

