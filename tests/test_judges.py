@@ -160,3 +160,31 @@ def test_more_callers_than_judges_wait_their_turn(workers: int) -> None:
         for t in threads:
             t.join(60)
         assert results == [True] * 4 * len(threads)
+
+
+def test_a_fork_of_the_host_neither_keeps_judges_alive_nor_stalls_a_verdict() -> None:
+    before = _judges()
+    with Evaluator(workers=1, timeout=5.0) as ev:
+        assert ev.judge(ECHO, GOOD).passed
+        mine = _judges() - before
+        # A child forked while a task is in flight (a trainer's reward worker, say) that
+        # lives on: its copies of the host's fds must not hide the candidate's crash from the
+        # judge, nor keep the judge alive after the Evaluator closes.
+        crash = "    import os, time\n    time.sleep(0.5)\n    os.abort()\n"
+        out = []
+        t = threading.Thread(target=lambda: out.append(ev.judge(ECHO, crash)))
+        t.start()
+        time.sleep(0.2)
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(8)
+            os._exit(0)
+        try:
+            t.join(30)
+            (j,) = out
+            assert not j.passed and j.error_detail == "the candidate was killed by SIGABRT", j
+        finally:
+            ev.close()
+            assert _gone(mine, 5.0), "the forked child kept a judge alive"
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)

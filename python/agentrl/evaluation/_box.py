@@ -398,7 +398,13 @@ class _Child:
         if not events:
             self.check_alive()
         writable = False
+        over = self.run_over()
+        piped = False
         for fd, ev in events:
+            if fd == self.over_fd:
+                over = True
+                continue
+            piped = True
             if fd == self.req_w:
                 if ev & (select.POLLERR | select.POLLHUP):
                     self.gone()
@@ -416,7 +422,17 @@ class _Child:
                     self.die(RUNTIME_ERROR, "ProtocolError", "the candidate sent too much")
             else:
                 self.gone()
+        if over and not piped:  # the candidate's run is over and its pipes are drained
+            self.gone()
         return writable
+
+    over_fd = -1
+    """An fd that becomes readable once the candidate's run is over (the persistent judge's
+    socket, where the host says so): its pipes may stay open elsewhere (a copy inherited by a
+    process the host forked meanwhile), so their end of file alone is not enough."""
+
+    def run_over(self):
+        return False
 
     def want(self):
         """How much to read from the reply pipe: the rest of the current message, if larger."""
@@ -933,10 +949,17 @@ class _ServedChild(_Child):
         self.conn = conn
         self.ended = None
         self.closed = False
+        self.over_fd = conn.sock.fileno()
+        self.poll.register(self.over_fd, select.POLLIN)
+
+    def run_over(self):
+        return _len(self.conn.buf) > 0  # the host's word came with the task already
 
     def close(self):
         if not self.closed:
             self.closed = True
+            with contextlib.suppress(KeyError, ValueError):
+                self.poll.unregister(self.over_fd)
             for fd in (self.req_w, self.rep_r, self.out_r):
                 with contextlib.suppress(OSError):
                     os.close(fd)

@@ -26,6 +26,8 @@ import signal
 import socket
 import threading
 import time
+import weakref
+from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -51,6 +53,34 @@ VERDICT_GRACE_S = 30.0
 """Seconds a judge may take to answer once its candidate's run is over."""
 
 
+# A child made with fork() gets copies of the host's ends of every judge's socket and of the
+# pipes of tasks in flight. Kept there, they would hide a judge's death from the parent and a
+# closed socket from a judge (it would never end); so the child closes its copies at once.
+_LIVE: weakref.WeakSet[_Judge] = weakref.WeakSet()
+_IN_FLIGHT: set[int] = set()
+_FORK_LOCK = threading.Lock()
+
+
+def _close_copies_after_fork() -> None:
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()  # held across the fork (below): the child's copy is
+    for j in list(_LIVE):
+        with contextlib.suppress(OSError):
+            j.sock.close()
+    for fd in list(_IN_FLIGHT):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _IN_FLIGHT.clear()
+
+
+# Held across fork(), so that a task's pipes are either all in _IN_FLIGHT or not made yet.
+os.register_at_fork(
+    before=lambda: _FORK_LOCK.acquire(),
+    after_in_parent=lambda: _FORK_LOCK.release(),
+    after_in_child=_close_copies_after_fork,
+)
+
+
 class JudgeFailed(Exception):
     """The judge could not give a verdict (it died, hung or broke the protocol)."""
 
@@ -64,6 +94,7 @@ class _Judge:
 
     def __init__(self, sandbox: Sandbox, module: str, limits: Limits) -> None:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        _LIVE.add(self)
         self.buf = bytearray()
         self.result: ExecResult | None = None
         self.error: BaseException | None = None
@@ -156,11 +187,13 @@ class _Judge:
         candidate's run, or None and why when the pool gave up on it. Raises
         :class:`JudgeFailed` when this judge can give no verdict (it is then unusable)."""
         self.tasks += 1
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        out_r, out_w = os.pipe()
-        theirs = (req_w, rep_r, out_r)
-        ours = [req_r, rep_w, out_w]
+        with _FORK_LOCK:
+            req_r, req_w = os.pipe()
+            rep_r, rep_w = os.pipe()
+            out_r, out_w = os.pipe()
+            theirs = (req_w, rep_r, out_r)
+            ours = [req_r, rep_w, out_w]
+            _IN_FLIGHT.update(theirs, ours)
         try:
             try:
                 if self.done.is_set():
@@ -170,13 +203,11 @@ class _Judge:
                 except JudgeFailed as e:
                     raise JudgeUnavailable(str(e)) from None
             finally:
-                for fd in theirs:
-                    os.close(fd)
+                _close(theirs)
             # The pool's job holds copies of ours until the run is over.
             fut = pool.submit_python(candidate_source, limits=limits, pass_fds=ours)
         finally:
-            for fd in ours:
-                os.close(fd)
+            _close(ours)
         try:
             result: ExecResult | None = fut.result()
             fate = _fate(result)
@@ -197,6 +228,13 @@ class _Judge:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+
+
+def _close(fds: Iterable[int]) -> None:
+    with _FORK_LOCK:
+        for fd in fds:
+            _IN_FLIGHT.discard(fd)
+            os.close(fd)
 
 
 def _fate(result: ExecResult) -> dict[str, Any]:
