@@ -188,3 +188,22 @@ def test_a_fork_of_the_host_neither_keeps_judges_alive_nor_stalls_a_verdict() ->
             assert _gone(mine, 5.0), "the forked child kept a judge alive"
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("stuck", ["while True:\n        pass", "import time\n    time.sleep(60)"])
+def test_tests_stuck_past_the_timeout_fail_as_a_timeout(stuck: str) -> None:
+    # The one-run judge's box stops such tests at its time limit; a persistent judge stops
+    # them itself, scores the task a timeout as that box would, and serves on.
+    task = FunctionTask(
+        task_id="stuck",
+        prompt="def f(x):\n",
+        test=f"def check(candidate):\n    assert candidate(1) == 1\n    {stuck}\n",
+        entry_point="f",
+    )
+    before = _judges()
+    with Evaluator(workers=1, timeout=1.0) as ev:
+        j = ev.judge(task, GOOD)
+        assert not j.passed and not j.masked and j.error_class.value == "timeout", j
+        judge = _judges() - before
+        assert ev.judge(ECHO, GOOD).passed
+        assert _judges() - before == judge

@@ -426,6 +426,12 @@ class _Child:
             self.gone()
         return writable
 
+    def tests_start(self):
+        """The tests begin (their time counts in this judge's own box limits)."""
+
+    def tests_end(self):
+        """The tests are over."""
+
     over_fd = -1
     """An fd that becomes readable once the candidate's run is over (the persistent judge's
     socket, where the host says so): its pipes may stay open elsewhere (a copy inherited by a
@@ -844,10 +850,14 @@ def _judge(task, entry, child):
             cases.state[i] = [False, setup[0], setup[1], _short(texts[i], 600), setup[3]]
     else:
         try:
-            exec(code, scope)
-            check = scope.get("check")
-            if task.get("call_check", True) and callable(check):
-                check(candidate)
+            child.tests_start()
+            try:
+                exec(code, scope)
+                check = scope.get("check")
+                if task.get("call_check", True) and callable(check):
+                    check(candidate)
+            finally:
+                child.tests_end()
         except BaseException as e:
             cases.outside(e)
             outside = [*cases.classify(e), _short(f"{type(e).__name__}: {_safe_str(e)}")]
@@ -955,6 +965,18 @@ class _ServedChild(_Child):
     def run_over(self):
         return _len(self.conn.buf) > 0  # the host's word came with the task already
 
+    def tests_start(self):
+        # The tests' own time is the task's too: past the deadline (and a second), a test
+        # stuck in Python code (a loop waiting for a value that never comes) stops as a
+        # timeout, as the one-run judge's box would; one stuck in C is the hard stop's.
+        signal.signal(signal.SIGALRM, _alarm)
+        left = max(self.deadline - time.monotonic(), 0.0)
+        signal.setitimer(signal.ITIMER_REAL, left + 1.0)
+
+    def tests_end(self):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
     def close(self):
         if not self.closed:
             self.closed = True
@@ -1017,9 +1039,16 @@ class _ServedChild(_Child):
         return super().ready()
 
 
+def _alarm(signum, frame):
+    raise _Fatal(TIMEOUT, None, "time limit exceeded")
+
+
+_HARD_STOP_CPU_S = 30.0
+"""CPU seconds beyond a task's timeout after which a judge is ended (SIGPROF's default)."""
+
+
 def _judge_server():
     """A judge's warm run: judges the tasks the host sends on fd 3 until end of file."""
-    import faulthandler
     import socket
 
     with open("/proc/self/comm", "w") as f:  # for ps and the like (while still dumpable)
@@ -1043,9 +1072,11 @@ def _judge_server():
             os._exit(0)
         start = time.monotonic()
         timeout = float(task["timeout"])
-        # Trusted test code stuck in C (a giant comparison) cannot be interrupted: the judge
-        # then ends itself, and the host masks the task and starts another judge.
-        faulthandler.dump_traceback_later(timeout + _START_WAIT, exit=True, file=sys.__stderr__)
+        # The hard stop: trusted test code stuck in C (a giant comparison) cannot be
+        # interrupted, so SIGPROF's default action ends the judge; the host then masks the
+        # task and starts another judge.
+        signal.signal(signal.SIGPROF, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_PROF, timeout + _HARD_STOP_CPU_S)
         child = _ServedChild(*fds, timeout, conn)
         try:
             verdict = _judge(task, task["entry"], child)
@@ -1065,7 +1096,7 @@ def _judge_server():
             round(getattr(child, "t_prepared", end) - start, 6),
             round(getattr(child, "t_ready", end) - start, 6),
         ]
-        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_PROF, 0)
         # What one task's tests changed of the interpreter does not reach the next task's.
         builtins.__dict__.clear()
         builtins.__dict__.update(builtins_state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 from dataclasses import dataclass
@@ -155,8 +156,10 @@ def build_judgement(
     entry_point: str | None = None,
     extra: str = "",
     error_detail: str | None = None,
+    error_class: ErrorClass = ErrorClass.RUNTIME_ERROR,
 ) -> Judgement:
-    """A judgement from its cases; feedback describes the first failing case."""
+    """A judgement from its cases; feedback describes the first failing case. A failure
+    without a failing case (the tests stopped outside every assert) has ``error_class``."""
     n_passed = sum(c.passed for c in cases)
     first = next((c for c in cases if not c.passed), None)
     if passed and first is None:
@@ -183,7 +186,7 @@ def build_judgement(
         parts.append(extra)
     if output.strip():
         parts.append("Output (end):\n" + _trim(output, 1000).rstrip())
-    cls = first.error_class if first is not None else ErrorClass.RUNTIME_ERROR
+    cls = first.error_class if first is not None else error_class
     return Judgement(
         task_id=task_id,
         passed=False,
@@ -289,6 +292,13 @@ def verdict_judgement(
     fatal = verdict.get("fatal")
     if fatal and not any(c.error_class.value == fatal[0] for c in cases if not c.passed):
         extra = f"The candidate stopped: {fatal[2]}"
+    outside = verdict.get("outside")
+    stopped = ErrorClass.RUNTIME_ERROR
+    if outside:
+        with contextlib.suppress(ValueError, TypeError, IndexError):
+            stopped = ErrorClass(outside[0])
+        if not extra:
+            extra = f"The tests stopped outside an assert: {outside[-1]}"
     return build_judgement(
         task_id,
         cases,
@@ -298,6 +308,7 @@ def verdict_judgement(
         entry_point=entry_point,
         extra=extra,
         error_detail=verdict.get("first_error"),
+        error_class=stopped,
     )
 
 
