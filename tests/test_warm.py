@@ -286,6 +286,39 @@ def test_passed_fds_are_the_runs_3_4_and_nothing_else_is_open(warm_sb: Sandbox) 
                 os.close(fd)
 
 
+def test_only_the_run_holds_passed_fds(warm_sb: Sandbox) -> None:
+    # Once the run has them, the sandbox keeps no copy: the other end sees the run's end at
+    # once (what the Evaluator's judges rely on to see a judge die).
+    import socket
+
+    mine, theirs = socket.socketpair()
+    ino = os.fstat(theirs.fileno()).st_ino
+    held: list[int] = []
+    started = threading.Event()
+
+    def run() -> None:
+        started.set()
+        warm_sb.run_python(
+            "import os\nos.write(3, b'up')\nos.read(3, 1)", pass_fds=[theirs.fileno()]
+        )
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        started.wait()
+        assert mine.recv(2) == b"up"  # the run is live and has its copy
+        theirs.close()
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/self/fd/{fd}").st_ino == ino:
+                    held.append(int(fd))
+        assert held == [], f"the host still holds the passed socket as fds {held}"
+        mine.sendall(b"x")
+    finally:
+        t.join(30)
+        mine.close()
+
+
 def test_bad_pass_fds_are_refused(warm_sb: Sandbox) -> None:
     r, w = os.pipe()
     os.close(w)

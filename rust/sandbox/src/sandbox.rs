@@ -53,8 +53,10 @@ pub(crate) struct Prepared {
     pub session: Option<(OwnedFd, u32)>,
     /// See [`RunRequest::cancel`].
     pub cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// See [`RunRequest::pass_fds`].
-    pub pass_fds: Vec<Arc<OwnedFd>>,
+    /// See [`RunRequest::pass_fds`]. Taken (and this copy closed) once handed to the warm
+    /// interpreter: from then on only the run holds them, so that its end shows at once to
+    /// whoever holds the other end of a pipe or socket.
+    pub pass_fds: Mutex<Vec<Arc<OwnedFd>>>,
 }
 
 struct Reply {
@@ -607,7 +609,7 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         limits,
         warm: req.warm,
         cancel: req.cancel,
-        pass_fds: req.pass_fds,
+        pass_fds: Mutex::new(req.pass_fds),
         session: match req.session {
             Some(s) => Some((s.step_mount()?, s.host_id)),
             None => None,

@@ -245,7 +245,8 @@ pub(crate) fn launch(
         fds.listener_sock.as_raw_fd(),
         go_r.as_raw_fd(),
     ];
-    send.extend(prepared.pass_fds.iter().map(|f| f.as_raw_fd()));
+    let passed = std::mem::take(&mut *prepared.pass_fds.lock().unwrap_or_else(|e| e.into_inner()));
+    send.extend(passed.iter().map(|f| f.as_raw_fd()));
     fdpass::send(z.ctl.as_fd(), &payload, &send).map_err(|e| {
         if e.raw_os_error() == Some(libc::EMSGSIZE) {
             format!(
@@ -258,6 +259,8 @@ pub(crate) fn launch(
     })?;
     drop(status_w);
     drop(go_r);
+    // The interpreter has its copies (or the run failed to start): ours go now.
+    drop(passed);
     let (pidfd, initfd) = match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
         Ok(Some((m, mut f))) if m == b"P" && f.len() == 2 => {
             let init = f.pop().expect("two fds");
