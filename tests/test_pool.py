@@ -125,7 +125,7 @@ def test_python_jobs_take_fds_the_job_holds_until_it_ends(pool: SandboxPool) -> 
             pool.submit(["/bin/true"], pass_fds=[r])  # argv jobs are cold
         with pytest.raises(ValueError, match="Bad file descriptor"):
             pool.submit_python("pass", pass_fds=[1 << 20])
-        with pytest.raises(ValueError, match="pass_fds"):
+        with pytest.raises(ValueError, match="job 1: pass_fds"):
             pool.submit_many(["pass", {"source": "pass", "pass_fds": [-1]}])
         assert pool.stats()["submitted"] == before  # nothing was submitted
     finally:

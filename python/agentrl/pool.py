@@ -213,8 +213,15 @@ class SandboxPool(_JobPool):
     def submit_many(self, jobs: Iterable[Any], **common: Any) -> list[int]:
         """Submits a batch in one crossing; outcomes come from :meth:`collect`. Each job is an
         argv sequence, Python source (a str), or a mapping with ``argv`` or ``source`` and
-        per-job keywords; ``common`` keywords apply to every job. Returns the job ids."""
-        items = [self._job(j, common) for j in jobs]
+        per-job keywords; ``common`` keywords apply to every job. Returns the job ids. A bad
+        job raises (``ValueError``/``TypeError`` naming it as ``job N``) before any is
+        submitted."""
+        items = []
+        for i, j in enumerate(jobs):
+            try:
+                items.append(self._job(j, common))
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"job {i}: {e}") from None
         if not items:
             return []
         self._admit(len(items))
