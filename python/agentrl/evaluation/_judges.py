@@ -63,7 +63,8 @@ _FORK_LOCK = threading.Lock()
 
 def _close_copies_after_fork() -> None:
     global _FORK_LOCK
-    _FORK_LOCK = threading.Lock()  # held across the fork (below): the child's copy is
+    # The parent held the lock across the fork (below): the child's copy would stay locked.
+    _FORK_LOCK = threading.Lock()
     for j in list(_LIVE):
         with contextlib.suppress(OSError):
             j.sock.close()
