@@ -796,6 +796,14 @@ def _main(source, entry):
     except BaseException as e:  # the harness itself failed: no reward
         child.kill()
         verdict = {"masked": f"harness error: {type(e).__name__}: {_safe_str(e)}"}
+    _add_run_facts(verdict, child, start)
+    _verdict_line(nonce, verdict)
+    os._exit(0)
+
+
+def _add_run_facts(verdict, child, start):
+    """What the host reports besides the cases: calls made, the candidate's output (its
+    end), time since ``start`` and when the tests were ready and the candidate was."""
     verdict["calls"] = child.calls
     verdict["output"] = bytes(child.out[-_OUT_KEEP:]).decode("utf-8", "replace")
     verdict["output_bytes"] = child.out_total
@@ -805,8 +813,6 @@ def _main(source, entry):
         round(getattr(child, "t_prepared", end) - start, 6),
         round(getattr(child, "t_ready", end) - start, 6),
     ]
-    _verdict_line(nonce, verdict)
-    os._exit(0)
 
 
 def _judge(task, entry, child):
@@ -922,8 +928,7 @@ class _Conn:
         self.buf = bytearray()
 
     def send(self, obj):
-        data = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogatepass")
-        self.sock.sendall(_len(data).to_bytes(8, "big") + data)
+        _send(self.sock.fileno(), obj)
 
     def recv(self, max_fds=0):
         """The next message and the fds that came with it; ``(None, [])`` at end of file."""
@@ -1087,15 +1092,7 @@ def _judge_server():
             child.fate()
         except BaseException:
             os._exit(0)
-        verdict["calls"] = child.calls
-        verdict["output"] = bytes(child.out[-_OUT_KEEP:]).decode("utf-8", "replace")
-        verdict["output_bytes"] = child.out_total
-        end = time.monotonic()
-        verdict["time"] = end - start
-        verdict["phases"] = [
-            round(getattr(child, "t_prepared", end) - start, 6),
-            round(getattr(child, "t_ready", end) - start, 6),
-        ]
+        _add_run_facts(verdict, child, start)
         signal.setitimer(signal.ITIMER_PROF, 0)
         # What one task's tests changed of the interpreter does not reach the next task's.
         builtins.__dict__.clear()

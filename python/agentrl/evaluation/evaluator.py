@@ -320,9 +320,11 @@ class Evaluator:
         entry = json.dumps(task.entry_point)
         return f'{{"timeout": {timeout!r}, "entry": {entry}, {fragment}'.encode()
 
-    def _served_judgement(self, task: FunctionTask, completion: str, timeout: float) -> Judgement:
-        """Judges a function task on a persistent judge (blocking)."""
-        message = self._task_message(task, timeout)
+    def _served_judgement(
+        self, task: FunctionTask, completion: str, timeout: float, message: bytes
+    ) -> Judgement:
+        """Judges a function task on a persistent judge (blocking); ``message`` is
+        :meth:`_task_message`'s."""
         source = CANDIDATE_MAIN.format(
             module=PRELOADED_HARNESS, source=task.prompt + completion, entry=task.entry_point
         )
@@ -412,7 +414,7 @@ class Evaluator:
         self._check_open()
         if self._served and isinstance(task, FunctionTask):
             t = self._timeout if timeout is None else _check_timeout(timeout)
-            return self._served_judgement(task, completion, t)
+            return self._served_judgement(task, completion, t, self._task_message(task, t))
         futs, nonce = self._submit(task, completion, timeout)
         return self._finish(task, [self._outcome(f) for f in futs], nonce)
 
@@ -431,8 +433,10 @@ class Evaluator:
         try:
             for task, completion in items:
                 if self._served and isinstance(task, FunctionTask):
-                    self._task_message(task, t)  # a ValueError now, before anything runs
-                    fut = self._pool_executor().submit(self._served_judgement, task, completion, t)
+                    message = self._task_message(task, t)  # a ValueError before anything runs
+                    fut = self._pool_executor().submit(
+                        self._served_judgement, task, completion, t, message
+                    )
                     submitted.append(([fut], ""))
                 else:
                     submitted.append(self._submit(task, completion, t))
@@ -458,8 +462,8 @@ class Evaluator:
         self._check_open()
         t = self._timeout if timeout is None else _check_timeout(timeout)
         if self._served and isinstance(task, FunctionTask):
-            self._task_message(task, t)
-            fut = self._pool_executor().submit(self._served_judgement, task, completion, t)
+            message = self._task_message(task, t)
+            fut = self._pool_executor().submit(self._served_judgement, task, completion, t, message)
             # Cancelling the awaiting task leaves this judgement to finish on its own (within
             # the timeout): a judge is never left mid-task.
             return await asyncio.wrap_future(fut)
