@@ -174,9 +174,7 @@ class SandboxPool(_JobPool):
         sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
         lt = None if limits is None else limits._as_tuple()
         env = _env_pairs("env", kw.get("env"))
-        fds = list(_check_pass_fds(kw.get("pass_fds", ())))
-        if fds and not warm:
-            raise ValueError("pass_fds needs a warm sandbox (warm=True)")
+        fds = list(_check_pass_fds(kw.get("pass_fds", ()), warm))
         return (args, data, _file_list(files), names, lt, cwd, env, warm, *sched, fds)
 
     def _job(self, job: Any, common: Mapping[str, Any]) -> tuple:

@@ -283,7 +283,9 @@ def _python_files(
 _MAX_PASS_FDS = 8
 
 
-def _check_pass_fds(pass_fds: object) -> tuple[int, ...]:
+def _check_pass_fds(pass_fds: object, warm: bool = True) -> tuple[int, ...]:
+    """``pass_fds`` as a tuple of ints, checked; any fd for a sandbox without warm runs
+    (``warm``) is refused."""
     if isinstance(pass_fds, (str, bytes)) or not isinstance(pass_fds, Iterable):
         raise TypeError(f"pass_fds must be a sequence of ints, got {type(pass_fds).__name__}")
     fds = tuple(pass_fds)
@@ -294,6 +296,8 @@ def _check_pass_fds(pass_fds: object) -> tuple[int, ...]:
             raise ValueError(f"pass_fds: {fd} is not a file descriptor")
     if len(fds) > _MAX_PASS_FDS:
         raise ValueError(f"pass_fds: {len(fds)} fds given, at most {_MAX_PASS_FDS} can be passed")
+    if fds and not warm:
+        raise ValueError("pass_fds needs a warm sandbox (warm=True)")
     return fds
 
 
@@ -503,9 +507,7 @@ class Sandbox:
         copies of them until it ends, so a pipe's reader sees end of file only once both the
         run and your own copy of its write end are closed.
         """
-        fds = _check_pass_fds(pass_fds)
-        if fds and not self._warm:
-            raise ValueError("pass_fds needs a warm sandbox (warm=True)")
+        fds = _check_pass_fds(pass_fds, self._warm)
         return self.run(
             [self._python, "-I", "__main__.py"],
             stdin=stdin,
