@@ -82,6 +82,25 @@ def test_smallest_memory_limit_contains_a_hog_and_the_host_lives(warm):
     # the host process (this one) is still here to see the verdicts
 
 
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_runs_tmpfs_is_freed_before_the_next_run(warm):
+    # A cold run's file system is freed after its verdict has been delivered, off the
+    # caller's critical path, but always before the slot's next run: its pages must not
+    # count against the next run's memory limit or show in its peak.
+    lim = Limits(memory_bytes=64 << 20, tmpfs_bytes=96 << 20)
+    fill = "open('/tmp/f', 'wb').write(bytes(40 << 20)); print('filled')"
+    hog = "b = bytearray(40 << 20); print(len(b))"
+    with Sandbox(limits=lim, max_concurrency=1, warm=warm) as sb:
+        run = sb.run_python if warm else (lambda src: sb.run([sys.executable, "-c", src]))
+        for _ in range(3):
+            f = run(fill)
+            assert f.ok and f.stdout == b"filled\n", why(f)
+            assert f.peak_memory_bytes >= 40 << 20
+            h = run(hog)
+            assert h.ok and h.stdout == b"41943040\n", why(h)
+            assert h.peak_memory_bytes < 60 << 20, h.peak_memory_bytes
+
+
 # --- argument validation --------------------------------------------------------------------
 
 

@@ -772,6 +772,13 @@ impl RunFs {
         host_gid: u32,
         files: &[(Vec<String>, Vec<u8>)],
     ) -> io::Result<RunFs> {
+        let fs = RunFs::empty(size, host_uid, host_gid)?;
+        fs.write_inputs(files, host_uid, host_gid)?;
+        Ok(fs)
+    }
+
+    /// Creates the tmpfs and its three directories owned by the box user.
+    pub fn empty(size: u64, host_uid: u32, host_gid: u32) -> io::Result<RunFs> {
         let inodes = (size / 4096).clamp(1024, 1 << 20);
         let mount = new_tmpfs(
             &[
@@ -788,11 +795,20 @@ impl RunFs {
             // mkdir applies the umask; set the mode exactly.
             chmod_at(root.as_fd(), name, mode)?;
         }
-        let fs = RunFs { mount, root };
+        Ok(RunFs { mount, root })
+    }
+
+    /// Writes the input files into `work/`, owned by the box user.
+    pub fn write_inputs(
+        &self,
+        files: &[(Vec<String>, Vec<u8>)],
+        uid: u32,
+        gid: u32,
+    ) -> io::Result<()> {
         for (parts, data) in files {
-            fs.write_input(parts, data, host_uid, host_gid)?;
+            self.write_input(parts, data, uid, gid)?;
         }
-        Ok(fs)
+        Ok(())
     }
 
     fn write_input(&self, parts: &[String], data: &[u8], uid: u32, gid: u32) -> io::Result<()> {

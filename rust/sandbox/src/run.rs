@@ -1,5 +1,18 @@
 //! One run in a slot: per-run I/O, launching the box (cold: a new clone; warm: a fork of the
 //! slot's warm interpreter), watching it, and the verdict.
+//!
+//! # Off the critical path
+//! A caller waits from submission to verdict; whatever the slot can do before or after that
+//! window it does there ([`Between`], [`between_runs`]):
+//! - The channels of a run (its tmpfs with `work/`, `tmp/` and `shm/`, the output and status
+//!   pipes, the listener socket) are made after the previous verdict, for the same tmpfs size.
+//!   Only the input files and stdin are written once the run is asked for.
+//! - A cold box's mount namespace is held through its pidfd until the verdict is delivered.
+//!   Otherwise the box's init tears it down as it exits, before its pidfd reports the exit:
+//!   unmounting waits for an RCU grace period, and the run's tmpfs and `/proc` are freed
+//!   there. Every process of the box is gone by then (the pid namespace dies with its
+//!   init); only its file systems wait, and the slot frees them before it takes another run,
+//!   so they never count against the next run's memory.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -27,8 +40,14 @@ pub(crate) fn run_in_slot(shared: &Shared, slot: &mut Slot, run: &Prepared) -> E
 /// The per-run channels: the tmpfs, stdin, output pipes, the set-up status pipe and the
 /// socket the child hands its seccomp listener through.
 pub(crate) struct RunIo {
-    pub runfs: RunFs,
+    pub channels: Channels,
     pub stdin: OwnedFd,
+}
+
+/// The channels of a run that do not depend on its input, so that a slot can make them
+/// before the run is asked for.
+pub(crate) struct Channels {
+    pub runfs: RunFs,
     pub out_r: OwnedFd,
     pub out_w: OwnedFd,
     pub err_r: OwnedFd,
@@ -37,23 +56,26 @@ pub(crate) struct RunIo {
     pub status_w: OwnedFd,
     pub sock_parent: OwnedFd,
     pub sock_child: OwnedFd,
+    /// What the tmpfs was made for: its size and the host id owning its directories.
+    made_for: (u64, u32),
 }
 
-impl RunIo {
-    fn new(run: &Prepared, host_id: u32) -> RunResult<RunIo> {
-        let io = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
-        let runfs = RunFs::new(run.limits.tmpfs_bytes, host_id, host_id, &run.files)
-            .map_err(io("creating the run tmpfs"))?;
-        let stdin = memfd_with(&run.stdin).map_err(io("preparing stdin"))?;
-        let (out_r, out_w) = pipe().map_err(io("pipe"))?;
-        let (err_r, err_w) = pipe().map_err(io("pipe"))?;
-        let (status_r, status_w) = pipe().map_err(io("pipe"))?;
-        let (sock_parent, sock_child) = fdpass::seqpacket_pair().map_err(io("socketpair"))?;
+fn io_error(what: &'static str) -> impl Fn(std::io::Error) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+impl Channels {
+    fn new(tmpfs_bytes: u64, host_id: u32) -> RunResult<Channels> {
+        let runfs = RunFs::empty(tmpfs_bytes, host_id, host_id)
+            .map_err(io_error("creating the run tmpfs"))?;
+        let (out_r, out_w) = pipe().map_err(io_error("pipe"))?;
+        let (err_r, err_w) = pipe().map_err(io_error("pipe"))?;
+        let (status_r, status_w) = pipe().map_err(io_error("pipe"))?;
+        let (sock_parent, sock_child) = fdpass::seqpacket_pair().map_err(io_error("socketpair"))?;
         set_nonblocking(out_r.as_raw_fd());
         set_nonblocking(err_r.as_raw_fd());
-        Ok(RunIo {
+        Ok(Channels {
             runfs,
-            stdin,
             out_r,
             out_w,
             err_r,
@@ -62,7 +84,55 @@ impl RunIo {
             status_w,
             sock_parent,
             sock_child,
+            made_for: (tmpfs_bytes, host_id),
         })
+    }
+}
+
+impl RunIo {
+    /// The run's channels: the slot's spare ones when they fit, else new ones.
+    fn new(between: &mut Between, run: &Prepared, host_id: u32) -> RunResult<RunIo> {
+        let want = (run.limits.tmpfs_bytes, host_id);
+        let channels = match between.spare.take() {
+            Some(c) if c.made_for == want => c,
+            _ => Channels::new(want.0, want.1)?,
+        };
+        channels
+            .runfs
+            .write_inputs(&run.files, host_id, host_id)
+            .map_err(io_error("creating the run tmpfs"))?;
+        let stdin = memfd_with(&run.stdin).map_err(io_error("preparing stdin"))?;
+        Ok(RunIo { channels, stdin })
+    }
+}
+
+/// What a slot does between two runs, off its caller's critical path: once the caller has
+/// the verdict, it frees what the run left (above all the box's mount namespace, whose
+/// teardown waits for an RCU grace period) and makes the channels of the next run.
+#[derive(Default)]
+pub(crate) struct Between {
+    /// Dropped after the verdict is delivered.
+    garbage: Vec<Box<dyn std::any::Any>>,
+    /// Channels made for the next run, for the tmpfs size and host id of the last one.
+    spare: Option<Channels>,
+    /// The tmpfs size of the last run that used the slot's own host id.
+    last_tmpfs_bytes: Option<u64>,
+}
+
+impl Between {
+    fn defer(&mut self, what: impl std::any::Any) {
+        self.garbage.push(Box::new(what));
+    }
+}
+
+/// Runs between two runs of a slot, after the caller has the verdict of the first: frees what
+/// it left, then makes the spare channels. A failure only means no spare (the next run makes
+/// its own channels and reports the error).
+pub(crate) fn between_runs(slot: &mut Slot) {
+    let b = &mut slot.between;
+    b.garbage.clear();
+    if let (None, Some(size)) = (&b.spare, b.last_tmpfs_bytes) {
+        b.spare = Channels::new(size, slot.host_id).ok();
     }
 }
 
@@ -82,6 +152,9 @@ pub(crate) struct Live {
     pub kill: Option<OwnedFd>,
     pub reaper: Reaper,
     pub listener: OwnedFd,
+    /// The box's mount namespace (cold runs, where the kernel can tell it): held until the
+    /// verdict is delivered, so that its teardown is not on the caller's critical path.
+    pub mnt_ns: Option<OwnedFd>,
 }
 
 pub(crate) enum Launch {
@@ -106,7 +179,10 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         .as_ref()
         .map(|(_, id)| *id)
         .unwrap_or(slot.host_id);
-    let io = RunIo::new(run, host_id)?;
+    if run.session.is_none() {
+        slot.between.last_tmpfs_bytes = Some(l.tmpfs_bytes);
+    }
+    let io = RunIo::new(&mut slot.between, run, host_id)?;
     if !run.warm && slot.zygote.as_ref().is_some_and(|z| !zygote::is_alive(z)) {
         zygote::discard(slot);
     }
@@ -125,16 +201,20 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     }
     let thread_cpu0 = thread_cpu_ns();
     let RunIo {
-        runfs,
+        channels:
+            Channels {
+                runfs,
+                out_r,
+                out_w,
+                err_r,
+                err_w,
+                status_r,
+                status_w,
+                sock_parent,
+                sock_child,
+                made_for: _,
+            },
         stdin,
-        out_r,
-        out_w,
-        err_r,
-        err_w,
-        status_r,
-        status_w,
-        sock_parent,
-        sock_child,
     } = io;
     let child_fds = ChildFds {
         run_mount: runfs.mount.as_fd(),
@@ -243,7 +323,14 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         }
     }
     let exit_record = read_exit_record(status_r.as_fd());
-    drop(runfs);
+    if run.warm {
+        // The warm interpreter allocates nothing until it is released below, and a run that
+        // filled the slot's memory with tmpfs pages would leave it no room until they go.
+        drop(runfs);
+    } else {
+        // Nothing runs in the slot until the next run, and the slot frees this before it.
+        slot.between.defer(runfs);
+    }
     let exit = match (live.reaper, warm_exit) {
         (Reaper::Wait4(pid), _) => {
             let mut exit = supervise::reap(pid);
@@ -285,7 +372,9 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
             }
         }
     };
-    drop(sock_parent);
+    slot.between
+        .defer((sock_parent, status_r, live.pidfd, live.kill));
+    slot.between.defer((live.listener, live.mnt_ns));
     if w.killed == Some(Kill::Cancelled) {
         return Err("the run was cancelled".into());
     }
@@ -596,14 +685,27 @@ fn launch_cold(
                 kill(pidfd.as_fd());
                 supervise::reap(pid);
             })?;
+            let mnt_ns = mount_namespace(pidfd.as_fd());
             Ok(Launch::Live(Live {
                 pidfd,
                 kill: None,
                 reaper: Reaper::Wait4(pid),
                 listener,
+                mnt_ns,
             }))
         }
     }
+}
+
+/// The mount namespace of a live process, from its pidfd (`PIDFD_GET_MNT_NAMESPACE`, Linux
+/// 6.11+); `None` on older kernels, or if the process is gone already.
+fn mount_namespace(pidfd: BorrowedFd<'_>) -> Option<OwnedFd> {
+    // _IO(PIDFS_IOCTL_MAGIC = 0xFF, 3), from <linux/pidfd.h>.
+    const PIDFD_GET_MNT_NAMESPACE: libc::c_ulong = 0xff03;
+    // SAFETY: an ioctl without an argument on a valid fd; it returns a new fd or fails.
+    let fd = unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_MNT_NAMESPACE as _, 0) };
+    // SAFETY: a fresh fd that nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Receives the child's seccomp listener (sent just before it runs untrusted code).

@@ -684,6 +684,8 @@ pub(crate) struct Slot {
     /// Host uid/gid of the slot's warm interpreter (root of its user namespace).
     pub zygote_host_id: u32,
     pub zygote: Option<Zygote>,
+    /// Work done between runs, off the callers' critical path.
+    pub between: crate::run::Between,
     _ids: crate::ids::Claim,
     _template: Template,
 }
@@ -754,6 +756,7 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
         shared.queue.lock().unwrap_or_else(|e| e.into_inner()).busy -= 1;
         *job.reply.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
         job.reply.cv.notify_one();
+        crate::run::between_runs(&mut slot);
     }
     if let Some(cg) = &slot.cgroup {
         let _ = cg.kill_all();
@@ -850,6 +853,7 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         host_id,
         zygote_host_id: host_id + 1,
         zygote: None,
+        between: Default::default(),
         _ids: claim,
         _template: template,
     })

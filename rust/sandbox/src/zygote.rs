@@ -320,6 +320,7 @@ pub(crate) fn launch(
         }
     };
     Ok(Launch::Live(run::Live {
+        mnt_ns: None,
         pidfd,
         kill: Some(initfd),
         reaper: run::Reaper::Zygote,
