@@ -169,7 +169,11 @@ def test_update_moves_towards_rewarded_completions_and_bumps_version() -> None:
 
     before = (score(good), score(bad))
     m = trainer.update(groups)
-    assert m["sequences"] == 4 and m["loss"] != 0.0 and m["grad_norm"] > 0
+    # On policy the ratio is 1, so the loss is -mean(advantage): 0 for a group's advantages
+    # (+0.75, -0.25 x 3), exactly so when behaviour and proximal log-probs agree to the bit.
+    # The gradient is not 0: that is what moves the weights.
+    assert m["sequences"] == 4 and m["loss"] == pytest.approx(0.0, abs=1e-3)
+    assert m["grad_norm"] > 0
     assert m["is_weight"] == pytest.approx(1.0, abs=1e-3)  # on-policy: behaviour = proximal
     assert score(good) > before[0] and score(bad) < before[1]
     assert trainer.step == 1 and pol.version == 1
