@@ -101,6 +101,23 @@ def test_a_runs_tmpfs_is_freed_before_the_next_run(warm):
             assert h.peak_memory_bytes < 60 << 20, h.peak_memory_bytes
 
 
+def test_runs_with_other_tmpfs_sizes_and_session_steps_between_get_their_own_tmpfs():
+    # A slot makes the next run's tmpfs ahead, like the last ordinary run's; runs with another
+    # size, and session steps (their own work dir and host id), must still get their own.
+    probe = (
+        "import os; s = os.statvfs('/tmp'); print(s.f_blocks * s.f_frsize >> 20,"
+        " sorted(os.listdir('.')), sorted(os.listdir('/tmp')));"
+        " open('/tmp/left', 'w').write('x'); open('left', 'w').write('x')"
+    )
+    with Sandbox(max_concurrency=1) as sb, sb.session({"mine.txt": "s"}) as session:
+        for mib in (8, 8, 16, 8, 16, 16):
+            lim = DEFAULT_LIMITS.replace(tmpfs_bytes=mib << 20)
+            r = sb.run([sys.executable, "-c", probe], files={"in.txt": "i"}, limits=lim)
+            assert r.ok and r.stdout == f"{mib} ['in.txt'] []\n".encode(), why(r)
+            st = session.run(["sh", "-c", "ls; ls /tmp"])
+            assert st.ok and st.stdout == b"mine.txt\n", why(st)
+
+
 # --- argument validation --------------------------------------------------------------------
 
 

@@ -90,12 +90,13 @@ impl Channels {
 }
 
 impl RunIo {
-    /// The run's channels: the slot's spare ones when they fit, else new ones.
+    /// The run's channels: the slot's spare ones when they fit, else new ones (a spare that
+    /// does not fit, say for a session step, stays for the slot's next ordinary run).
     fn new(between: &mut Between, run: &Prepared, host_id: u32) -> RunResult<RunIo> {
         let want = (run.limits.tmpfs_bytes, host_id);
-        let channels = match between.spare.take() {
-            Some(c) if c.made_for == want => c,
-            _ => Channels::new(want.0, want.1)?,
+        let channels = match between.spare.take_if(|c| c.made_for == want) {
+            Some(c) => c,
+            None => Channels::new(want.0, want.1)?,
         };
         channels
             .runfs
@@ -126,13 +127,19 @@ impl Between {
 }
 
 /// Runs between two runs of a slot, after the caller has the verdict of the first: frees what
-/// it left, then makes the spare channels. A failure only means no spare (the next run makes
-/// its own channels and reports the error).
+/// it left, then makes spare channels like those of the last ordinary run, unless it has them
+/// already. A failure only means no spare (the next run makes its own channels and reports
+/// the error).
 pub(crate) fn between_runs(slot: &mut Slot) {
     let b = &mut slot.between;
     b.garbage.clear();
-    if let (None, Some(size)) = (&b.spare, b.last_tmpfs_bytes) {
-        b.spare = Channels::new(size, slot.host_id).ok();
+    let Some(size) = b.last_tmpfs_bytes else {
+        return;
+    };
+    let want = (size, slot.host_id);
+    if b.spare.as_ref().map(|c| c.made_for) != Some(want) {
+        b.spare = None;
+        b.spare = Channels::new(want.0, want.1).ok();
     }
 }
 
