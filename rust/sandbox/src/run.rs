@@ -138,6 +138,7 @@ pub(crate) fn between_runs(slot: &mut Slot) {
     };
     let want = (size, slot.host_id);
     if b.spare.as_ref().map(|c| c.made_for) != Some(want) {
+        // The stale spare's fds go first: a slot never holds two sets.
         b.spare = None;
         b.spare = Channels::new(want.0, want.1).ok();
     }
@@ -379,9 +380,8 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
             }
         }
     };
-    slot.between
-        .defer((sock_parent, status_r, live.pidfd, live.kill));
-    slot.between.defer((live.listener, live.mnt_ns));
+    let fds = (sock_parent, status_r, live.pidfd, live.kill, live.listener);
+    slot.between.defer((fds, live.mnt_ns));
     if w.killed == Some(Kill::Cancelled) {
         return Err("the run was cancelled".into());
     }
