@@ -10,15 +10,30 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import agentrl
 import pytest
 from agentrl import ExecResult, JobFailed, Limits, Sandbox
 from agentrl.evaluation import Evaluator
+
+if os.environ.get("AGENTRL_TEST_INSTALLED") == "1":
+    # .ci/test: results count only for the wheel installed in the clean venv, never for the
+    # source tree (an editable install, or python/ on sys.path).
+    _here = Path(agentrl.__file__).resolve()
+    _tree = Path(__file__).resolve().parent.parent / "python"
+    _site = Path(sys.prefix).resolve()
+    if _here.is_relative_to(_tree) or not _here.is_relative_to(_site):
+        raise pytest.UsageError(
+            f"agentrl was imported from {_here}, not from the wheel installed in {_site}"
+        )
+    if sys.prefix == sys.base_prefix:
+        raise pytest.UsageError(f"the tests must run in the clean venv, not in {sys.prefix}")
 
 BOX_UID_BASE = 0x5A000000
 BOX_UID_RANGE = 4096

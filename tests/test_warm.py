@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -61,6 +62,46 @@ def test_nothing_leaks_between_runs(warm_sb: Sandbox) -> None:
 def test_preimports_are_loaded(warm_sb: Sandbox) -> None:
     r = warm_sb.run_python("import sys; print('decimal' in sys.modules)")
     assert r.stdout == b"True\n", why(r)
+
+
+_MODULE_STATE = """
+import sys
+broken = []
+for name, mod in list(sys.modules.items()):
+    parent, _, child = name.rpartition(".")
+    if parent and (parent not in sys.modules or getattr(sys.modules[parent], child, None) is not mod):
+        broken.append(name)
+# Every module a kept module refers to is the one in sys.modules, not a dropped copy.
+for name, mod in list(sys.modules.items()):
+    for attr, value in list(vars(mod).items()):
+        spec = getattr(value, "__spec__", None) if type(value) is type(sys) else None
+        if spec is not None and sys.modules.get(spec.name, value) is not value:
+            broken.append(name + "." + attr)
+print(sorted(set(broken)))
+import collections.abc, typing
+print(collections.abc.Mapping.__name__, typing.collections is sys.modules["collections"])
+"""
+
+
+@pytest.mark.parametrize("preimports", [("typing",), ("typing", "decimal", "json", "asyncio")])
+def test_a_runs_modules_are_a_state_a_fresh_interpreter_could_have(preimports) -> None:
+    # The warm interpreter's clean-up once kept `collections.abc` (imported by typing) and
+    # dropped `collections` (imported while loading the extension): in a clean venv every run
+    # then failed `import collections.abc; collections.abc.Mapping` with AttributeError.
+    # What a fresh interpreter that imported the same modules shows (a few built-in modules
+    # are held twice by every interpreter).
+    host = subprocess.run(
+        [sys.executable, "-I", "-c", "".join(f"import {m}\n" for m in preimports) + _MODULE_STATE],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert host.splitlines()[1] == "Mapping True"
+    with Sandbox(preimports=preimports) as sb:
+        for _ in range(2):
+            r = sb.run_python(_MODULE_STATE)
+            assert r.ok, why(r)
+            assert r.stdout.decode() == host, why(r)
 
 
 def test_exit_codes_exceptions_and_atexit(warm_sb: Sandbox) -> None:

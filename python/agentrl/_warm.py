@@ -23,12 +23,14 @@ import os, sys
 def _agentrl_zygote(core_path, preimports, preload):
     with open("/proc/self/comm", "w") as f:
         f.write("agentrl-warm")
-    base = set(sys.modules)
-    from importlib.util import module_from_spec, spec_from_file_location
-    spec = spec_from_file_location("_core", core_path)
-    core = module_from_spec(spec)
-    spec.loader.exec_module(core)
-    before = set(sys.modules)
+    # The extension is loaded with the import system's own frozen loaders, which are loaded
+    # at every start-up: importlib.util would import 17 modules (collections, functools, ...)
+    # that the preimports then share, and that could not be dropped again without leaving the
+    # run a state no fresh interpreter has (typing holding one collections, the run another).
+    bootstrap = sys.modules["_frozen_importlib"]
+    loader = sys.modules["_frozen_importlib_external"].ExtensionFileLoader("_core", core_path)
+    core = bootstrap.module_from_spec(bootstrap.spec_from_loader("_core", loader))
+    loader.exec_module(core)
     for name in preimports:
         __import__(name)
     for name, text in preload:
@@ -36,7 +38,7 @@ def _agentrl_zygote(core_path, preimports, preload):
         mod.__file__ = "<agentrl-preload:" + name + ">"
         sys.modules[name] = mod
         exec(compile(text, mod.__file__, "exec"), mod.__dict__)
-    allowed = base | (set(sys.modules) - before)
+    allowed = _agentrl_closed(sys.modules)
     import atexit, gc
     core._zygote_init()
     # Warm what every run would otherwise build afresh in its own copy of the heap: the
@@ -78,6 +80,17 @@ def _agentrl_zygote(core_path, preimports, preload):
             if name not in allowed:
                 del sys.modules[name]
     _agentrl_run(env, atexit)
+
+def _agentrl_closed(names):
+    # The modules to keep, with every ancestor package of each: a kept `collections.abc`
+    # whose `collections` were dropped would be re-imported as a new package without its
+    # `abc` attribute, a state no fresh interpreter can be in.
+    keep = set(names)
+    for name in list(keep):
+        while "." in name:
+            name = name.rpartition(".")[0]
+            keep.add(name)
+    return keep
 
 def _agentrl_run(env, atexit):
     atexit._clear()
