@@ -110,6 +110,7 @@ from agentrl.errors import SandboxError
 from agentrl.limits import Limits
 from agentrl.result import ExecResult, Status
 from agentrl.sandbox import (
+    _RELOCATED,
     Bind,
     Sandbox,
     StrOrBytesPath,
@@ -1241,6 +1242,10 @@ class NsjailSandbox(Sandbox):
             self._etc = os.path.join(self._root, "etc")
             self._make_etc()
             self._mount_args, self._mount_table, staged = self._plan_mounts(bind_list, python)
+            if self._relocated and "PATH" not in dict(_env_pairs("env", env)):
+                dirs = (os.path.dirname(sys.executable), bin_dir)
+                box_dirs = ":".join(self._in_box(d) for d in dirs)
+                self._env["PATH"] = f"{box_dirs}:/usr/local/bin:/usr/bin:/bin"
             if staged:
                 stage = os.path.join(self._root, "stage")
                 os.mkdir(stage, 0o711)
@@ -1311,13 +1316,20 @@ class NsjailSandbox(Sandbox):
                 extra = [e for e in extra if not e.startswith(q + "/")]
                 extra.append(q)
         staged: list[str] = []
+        self._relocated: list[tuple[str, str]] = []
         for q in extra:
-            if q == "/" or any(q == f or q.startswith(f + "/") for f in _FORBIDDEN_TARGETS):
+            if q == "/":
                 raise ValueError(f"system_paths: {q} cannot be bound into the box")
             if ":" in q:
                 raise ValueError(f"system_paths: nsjail cannot bind a path with ':' ({q})")
-            args += ["-R", f"{q}:{q}"]
-            table.append((q, q))
+            dst = q
+            if any(q == f or q.startswith(f + "/") for f in _FORBIDDEN_TARGETS):
+                # An interpreter installed where the box makes its own directories (a venv
+                # under /work or /tmp): bound at a path of its own, as the native backend does.
+                dst = f"{_RELOCATED}/{len(self._relocated)}"
+                self._relocated.append((q, dst))
+            args += ["-R", f"{q}:{dst}"]
+            table.append((dst, q))
             if not _reachable_by_others(q):
                 staged.append(q)
         for src, dst, rw in binds:
@@ -1446,7 +1458,7 @@ class NsjailSandbox(Sandbox):
             raise ValueError("pass_fds needs the native backend (warm runs)")
         all_files = _python_files(source, files)
         return self.run(
-            [self._python, "-I", "__main__.py"],
+            [self._in_box(self._python), "-I", "__main__.py"],
             stdin=stdin,
             files=all_files,
             collect=collect,
@@ -1475,6 +1487,13 @@ class NsjailSandbox(Sandbox):
             if host and os.path.isfile(host) and os.access(host, os.X_OK):
                 return os.fsencode(box)
         return None
+
+    def _in_box(self, host: str) -> str:
+        """Where host path ``host`` (of the interpreter's installation) is seen in the box."""
+        for src, dst in self._relocated:
+            if host == src or host.startswith(src + "/"):
+                return dst + host[len(src) :]
+        return host
 
     def _to_host(self, box: str, table: list[tuple[str, str]]) -> str | None:
         for _ in range(8):
@@ -1630,7 +1649,8 @@ class NsjailSandbox(Sandbox):
         nsj += ["-B", f"{run.work}:{WORK_DIR}"]
         for k, v in env.items():
             nsj += ["-E", f"{k}={v}"]
-        init = [sys.executable, "-I", "-S", "-c", _INIT, str(status_fd), box_cwd, exec_path]
+        init = [self._in_box(sys.executable), "-I", "-S", "-c", _INIT, str(status_fd), box_cwd]
+        init.append(exec_path)
         nsj += ["--", *init, *argv]
         if self._staging is not None:
             nsj = [self._staging.nsenter, f"--mount={self._staging.mnt_ns}", "--", *nsj]
