@@ -411,7 +411,13 @@ def test_result_fields_and_summary(box):
 
 
 def test_sandbox_properties(sb):
-    assert sb.cgroup_version in ("v1", "v2") and sb.python == sys.executable
+    assert sb.cgroup_version in ("v1", "v2")
+    # The interpreter as the box sees it: at its own path, or at /.agentrl/py/N when it is
+    # installed under a directory the box makes for itself (a venv under /work or /tmp).
+    assert sb.python == sys.executable or sb.python.startswith("/.agentrl/py/"), sb.python
+    for python in (sb.python, sys.executable):
+        r = sb.run([python, "-c", "import sys; print(sys.executable)"])
+        assert r.ok and r.stdout.decode().strip() == sb.python, why(r)
     assert sb.limits == DEFAULT_LIMITS and sb.network is False
     assert "open" in repr(sb)
 

@@ -1195,9 +1195,10 @@ class NsjailSandbox(Sandbox):
         }
         base_env.update(dict(_env_pairs("env", env)))
         self._env = base_env
-        self._python = os.path.abspath(python) if python is not None else sys.executable
-        if not os.access(self._python, os.X_OK):
-            raise ValueError(f"python: {self._python!r} is not an executable")
+        self._host_python = os.path.abspath(python) if python is not None else sys.executable
+        if not os.access(self._host_python, os.X_OK):
+            raise ValueError(f"python: {self._host_python!r} is not an executable")
+        self._python = self._host_python
         bind_list = []
         for b in binds:
             src, dst, rw = _bind_tuple(b)
@@ -1242,6 +1243,7 @@ class NsjailSandbox(Sandbox):
             self._etc = os.path.join(self._root, "etc")
             self._make_etc()
             self._mount_args, self._mount_table, staged = self._plan_mounts(bind_list, python)
+            self._python = self._in_box(self._host_python)
             if self._relocated and "PATH" not in dict(_env_pairs("env", env)):
                 dirs = (os.path.dirname(sys.executable), bin_dir)
                 box_dirs = ":".join(self._in_box(d) for d in dirs)
@@ -1306,7 +1308,7 @@ class NsjailSandbox(Sandbox):
         extra: list[str] = []
         paths = _interpreter_paths()
         if python is not None:
-            paths.append(os.path.dirname(os.path.dirname(os.path.realpath(self._python))))
+            paths.append(os.path.dirname(os.path.dirname(os.path.realpath(self._host_python))))
         for p in paths:
             for q in (p, os.path.realpath(p)):
                 if not os.path.exists(q) or q.startswith("/usr/") or q == "/usr":
@@ -1458,7 +1460,7 @@ class NsjailSandbox(Sandbox):
             raise ValueError("pass_fds needs the native backend (warm runs)")
         all_files = _python_files(source, files)
         return self.run(
-            [self._in_box(self._python), "-I", "__main__.py"],
+            [self._python, "-I", "__main__.py"],
             stdin=stdin,
             files=all_files,
             collect=collect,
@@ -1476,7 +1478,7 @@ class NsjailSandbox(Sandbox):
         """The box path ``execve`` should get for ``prog`` (searched on PATH in the box's view of
         the file system, as the native backend does), or None when nothing matches."""
         if b"/" in prog:
-            return prog
+            return os.fsencode(self._in_box(os.fsdecode(prog)))
         name = os.fsdecode(prog)
         table = [*self._mount_table, (WORK_DIR, run.work)]
         for d in path.split(":"):

@@ -35,6 +35,7 @@ from agentrl.sandbox import (
     _env_pairs,
     _file_list,
     _python_files,
+    _relocate_argv0,
     _run_args,
 )
 
@@ -171,6 +172,7 @@ class SandboxPool(_JobPool):
         limits = kw.get("limits") or self._limits
         cwd = kw.get("cwd")
         args, data, names = _run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
+        _relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
         sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
         lt = None if limits is None else limits._as_tuple()
         env = _env_pairs("env", kw.get("env"))

@@ -112,6 +112,16 @@ def _interpreter_layout(python: str) -> _InterpreterLayout:
     )
 
 
+def _relocate_argv0(args: list[bytes], binds: Sequence[tuple[str, str, bool]]) -> None:
+    """A host path of a relocated installation as ``argv[0]`` (``sys.executable`` of a venv
+    under /work or /tmp, say) becomes the path where the box sees it: the same program."""
+    prog = os.fsdecode(args[0])
+    for src, dst, _ in binds:
+        if prog == src or prog.startswith(src + "/"):
+            args[0] = os.fsencode(dst + prog[len(src) :])
+            return
+
+
 def _check_warm_interpreter(python: str) -> None:
     """Refuses an interpreter that cannot load agentrl's extension (which the warm
     interpreters run on): CPython 3.10 or newer. The running one needs no check."""
@@ -396,6 +406,7 @@ class Sandbox:
         }
         base_env.update(dict(_env_pairs("env", env)))
         self._python = layout.python
+        self._relocated = tuple(layout.binds)
         self._preimports = tuple(preimports)
         if preload is not None and not isinstance(preload, Mapping):
             raise TypeError("preload must be a mapping of module name to source text")
@@ -468,6 +479,7 @@ class Sandbox:
         raises) kills the box and is raised here within about 0.1 s.
         """
         args, data, names = _run_args(argv, stdin, collect, limits, cwd)
+        _relocate_argv0(args, self._relocated)
         file_list = _file_list(files)
         raw = self._inner.run(
             args,
