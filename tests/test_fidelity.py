@@ -19,7 +19,7 @@ environment the box gives (``PATH`` of the interpreter's ``bin`` dirs and the sy
 
 What :func:`normalise` rewrites (never the thing under test): the host work dir -> ``/work``;
 the host venv (``sys.prefix``) and the box's ``/.agentrl/py/N`` -> ``<PY>``; hex addresses
-``0x...``; sanitizer pids ``==N==``. An entry adds its own rules for what it cannot avoid
+``0x...`` (6+ digits); sanitizer pids ``==N==``. An entry adds its own rules for what it cannot avoid
 printing (ls owner columns: the box user is uid 1000 ``sandbox``, the host user root;
 durations of test runners). Ports, pids, times and hostnames are kept out of the programs'
 output instead.
@@ -1340,6 +1340,7 @@ NUMPY = [
     py(
         "numpy_arrays_io",
         r"""
+        import os
         import numpy as np
         rng = np.random.default_rng(7)
         print(np.__version__ >= "1.20", rng.integers(0, 100, 10), rng.permutation(8))
@@ -1351,6 +1352,7 @@ NUMPY = [
         np.save("arr.npy", a)
         np.savez_compressed("/tmp/fidelity.npz", a=a, s=s)
         print(np.array_equal(np.load("arr.npy"), a), np.load("/tmp/fidelity.npz")["s"])
+        os.remove("/tmp/fidelity.npz")
         m = np.memmap("mm.bin", dtype="float32", mode="w+", shape=(4,))
         m[:] = [1, 2, 3, 4]
         m.flush()
@@ -1914,7 +1916,7 @@ SHELL = [
         head -c 20 /dev/zero | wc -c
         timeout 0.2 sleep 5; echo "timeout=$?"
         basename /a/b/c.txt .txt; dirname /a/b/c.txt; realpath .; pwd
-        mktemp -d | xargs dirname
+        t=$(mktemp -d) && dirname "$t" && rmdir "$t"
         """,
     ),
     sh(
@@ -2254,7 +2256,8 @@ def _decode(b: bytes) -> str:
 
 
 _BOX_PY = re.compile(r"/\.agentrl/py/\d+")
-_ADDR = re.compile(r"0x[0-9a-fA-F]+")
+_ADDR = re.compile(r"0x[0-9a-fA-F]{6,}")
+"""A pointer (6 or more hex digits): short hex such as float.hex() output is kept."""
 _SAN_PID = re.compile(r"==\d+==")
 
 
