@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 PATHS = ["warm", "cold"]
+CORE_PATHS = [*PATHS, "nsjail"]
 
 # A hung slot used to take 30 s (the supervisor's wait for the interpreter's report): a run
 # that ends within this bound did not hang. Not a speed assertion.
@@ -54,6 +55,20 @@ def one() -> Iterator[Sandbox]:
 
 def runner(sb: Sandbox, path: str) -> Callable[..., ExecResult]:
     return native_runner(sb, path)
+
+
+def core_runner(
+    request: pytest.FixtureRequest, one: Sandbox, path: str
+) -> Callable[..., ExecResult]:
+    """``runner``, or the nsjail backend's ``run_python`` (skipped where it cannot run)."""
+    if path != "nsjail":
+        return runner(one, path)
+    nj = request.getfixturevalue("nj")
+
+    def go(source: str, **kw: object) -> ExecResult:
+        return nj.run_python(textwrap.dedent(source), **kw)  # type: ignore[arg-type]
+
+    return go
 
 
 def healthy(sb: Sandbox, path: str) -> None:
@@ -403,10 +418,14 @@ CRASHES = {
 }
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", CORE_PATHS)
 @pytest.mark.parametrize("crash", sorted(CRASHES))
 def test_a_crash_never_starts_the_hosts_core_handler(
-    one: Sandbox, piped_core_pattern: tuple[str, Path], path: str, crash: str
+    request: pytest.FixtureRequest,
+    one: Sandbox,
+    piped_core_pattern: tuple[str, Path],
+    path: str,
+    crash: str,
 ) -> None:
     name, log = piped_core_pattern
     code, sig = CRASHES[crash]
@@ -414,10 +433,12 @@ def test_a_crash_never_starts_the_hosts_core_handler(
         "import ctypes\n"
         f"ctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0)  # PR_SET_NAME\n" + code + "\n"
     )
-    r = runner(one, path)(src)
+    run = core_runner(request, one, path)
+    r = run(src)
     assert r.status == Status.SIGNALED and r.signal == sig, why(r)
     assert not handler_saw(log, name), "the host's core handler ran for a crash in the box"
-    healthy(one, path)
+    r = run("print('fine')")
+    assert r.status == Status.OK and r.stdout == b"fine\n", why(r)
 
 
 def test_the_handler_does_run_for_a_host_crash(piped_core_pattern: tuple[str, Path]) -> None:
@@ -440,9 +461,11 @@ def test_the_handler_does_run_for_a_host_crash(piped_core_pattern: tuple[str, Pa
     assert handler_saw(log, name, wait=5.0)
 
 
-@pytest.mark.parametrize("path", PATHS)
-def test_the_program_cannot_raise_its_core_limit(one: Sandbox, path: str) -> None:
-    r = runner(one, path)(
+@pytest.mark.parametrize("path", CORE_PATHS)
+def test_the_program_cannot_raise_its_core_limit(
+    request: pytest.FixtureRequest, one: Sandbox, path: str
+) -> None:
+    r = core_runner(request, one, path)(
         """
         import resource
         print(resource.getrlimit(resource.RLIMIT_CORE))
