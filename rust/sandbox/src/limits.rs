@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 /// the supervisor polling the slot cgroup (all threads and processes counted) with
 /// `RLIMIT_CPU` as a per-process backstop; memory and pids by the slot cgroup; output bytes by
 /// the supervisor (captured up to the cap, the rest drained and discarded); file size, open
-/// files and core dumps by rlimits; `/tmp` and the work dir by the tmpfs size.
+/// files and core dumps by rlimits (`RLIMIT_CORE` is 1 byte, never 0: see [`crate::rlimit`]);
+/// `/tmp` and the work dir by the tmpfs size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Wall-clock limit in seconds.

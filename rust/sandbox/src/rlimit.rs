@@ -1,6 +1,45 @@
 //! Per-process resource limits set in the child before `execve`.
+//!
+//! ## Core dumps
+//! No box process may dump core, and above all none may start the host's core handler. When
+//! `kernel.core_pattern` is a pipe (`|/usr/lib/systemd/systemd-coredump ...`, apport, abrt),
+//! the kernel ignores `RLIMIT_CORE` for the dump itself and starts the handler as host root,
+//! in the host's namespaces, for a crash anywhere, boxes included; the one exception is a
+//! limit of exactly 1 byte, which it takes to mean "no core" (it is what it gives the
+//! handler itself, against recursive dumps). A limit of 0 stops only core *files*. So every
+//! box process, the warm interpreter and its runs included, gets `RLIMIT_CORE` 1 soft and
+//! hard ([`NO_CORE`]): a core file of 1 byte is below the smallest the kernel writes (a
+//! page), so no file appears either, and with the hard limit at 1 the program cannot raise
+//! it. (Lowering it to 0 is always allowed, and only the seccomp policy could refuse that.)
+//! The host process's own hard limit must be at least 1 for the box to get 1:
+//! [`for_limits`] raises it once where it is 0 (the soft limit, the host's own, is left).
 
 use crate::limits::Limits;
+
+/// `RLIMIT_CORE` of every box process: 1 byte, soft and hard (see the module doc).
+pub const NO_CORE: libc::rlimit64 = libc::rlimit64 {
+    rlim_cur: 1,
+    rlim_max: 1,
+};
+
+/// Raises this process's hard `RLIMIT_CORE` to 1 where it is 0 (once, best effort: it needs
+/// `CAP_SYS_RESOURCE`), so that its boxes can be given [`NO_CORE`]; the soft limit stays.
+pub fn allow_no_core() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut cur = libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit64/setrlimit64 on valid rlimit64 values.
+        unsafe {
+            if libc::getrlimit64(libc::RLIMIT_CORE, &mut cur) == 0 && cur.rlim_max == 0 {
+                cur.rlim_max = 1;
+                libc::setrlimit64(libc::RLIMIT_CORE, &cur);
+            }
+        }
+    });
+}
 
 /// The rlimits of a run. With cgroups, memory and pids are the cgroup's job; in degraded mode
 /// `RLIMIT_AS` and `RLIMIT_NPROC` stand in (each slot has its own host uid, so `RLIMIT_NPROC`
@@ -13,11 +52,12 @@ pub fn for_limits(l: &Limits, degraded: bool) -> Vec<(u32, libc::rlimit64)> {
     // CPU time: the supervisor enforces the exact limit over the whole cgroup; the rlimit is a
     // per-process backstop one second later (SIGXCPU), then SIGKILL a second after that.
     let cpu = l.cpu_time_s.ceil() as u64 + 1;
+    allow_no_core();
     let mut v = vec![
         (libc::RLIMIT_CPU, lim(cpu, cpu + 1)),
         (libc::RLIMIT_FSIZE, lim(l.max_file_bytes, l.max_file_bytes)),
         (libc::RLIMIT_NOFILE, lim(l.max_open_files, l.max_open_files)),
-        (libc::RLIMIT_CORE, lim(0, 0)),
+        (libc::RLIMIT_CORE, NO_CORE),
         (libc::RLIMIT_MEMLOCK, lim(64 << 10, 64 << 10)),
         (libc::RLIMIT_MSGQUEUE, lim(1 << 20, 1 << 20)),
     ];
@@ -151,6 +191,17 @@ pub fn explain_fd_exhaustion(error: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boxes_get_a_core_limit_of_exactly_one_byte() {
+        let v = for_limits(&Limits::default(), false);
+        #[allow(clippy::unnecessary_cast)] // u32 on glibc, c_int elsewhere
+        let core = v
+            .iter()
+            .find(|(r, _)| *r == libc::RLIMIT_CORE as u32)
+            .expect("RLIMIT_CORE is set");
+        assert_eq!((core.1.rlim_cur, core.1.rlim_max), (1, 1));
+    }
 
     #[test]
     fn fd_exhaustion_is_explained_and_other_errors_are_left_alone() {
