@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 from agentrl import ExecResult, Limits, Sandbox
-
 from conftest import why
 
 GIB = 1 << 30
