@@ -241,6 +241,10 @@ def test_openpty_and_pty_fork(pyr: Runner) -> None:
     r = pyr(
         """
         import os, pty, sys
+        try:
+            open("/dev/tty")
+        except OSError as e:
+            print("no tty", e.errno)
         m, s = os.openpty()
         print(os.ttyname(s), os.isatty(s))
         os.write(m, b"ping\\n")
@@ -248,6 +252,8 @@ def test_openpty_and_pty_fork(pyr: Runner) -> None:
         sys.stdout.flush()
         pid, fd = pty.fork()
         if pid == 0:
+            with open("/dev/tty", "w") as tty:  # its controlling terminal, the new pty
+                tty.write("via tty ")
             print(os.isatty(0), os.ttyname(0), flush=True)
             os._exit(0)
         out = b""
@@ -264,10 +270,11 @@ def test_openpty_and_pty_fork(pyr: Runner) -> None:
         """
     )
     assert r.status == "ok", why(r)
-    lines = r.stdout.decode().splitlines()
+    no_tty, *lines = r.stdout.decode().splitlines()
+    assert no_tty == "no tty 6", why(r)  # ENXIO: the box starts without a terminal
     assert lines[0] == "/dev/pts/0 True", why(r)
     assert lines[1] == "b'ping\\n'", why(r)
-    assert re.fullmatch(r"b'True /dev/pts/1\\r\\n'", lines[2]), why(r)
+    assert re.fullmatch(r"b'via tty True /dev/pts/1\\r\\n'", lines[2]), why(r)
 
 
 def test_pty_spawn_and_script(pyr: Runner) -> None:
