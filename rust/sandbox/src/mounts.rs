@@ -4,12 +4,15 @@
 //!
 //! 1. **Per slot, once** ([`Template::build`], on the slot's own thread, which has unshared
 //!    `CLONE_FS | CLONE_NEWNS` and so owns a private mount namespace nobody else sees): a small
-//!    read-only tmpfs becomes the future root. It holds the directory skeleton, a minimal
-//!    `/etc` (generated `passwd`/`group`/`hosts`, copies of the dynamic loader's cache and a
-//!    few harmless files), `/dev` placeholders with the host's `null`, `zero`, `full`,
-//!    `random` and `urandom` bound over them, and read-only recursive binds of `/usr`, the
-//!    `/bin`/`/lib*` directories (or the same symlinks where the host has merged `/usr`), the
-//!    interpreters' prefixes at their own paths, and the caller's extra binds. Bind sources are
+//!    read-only tmpfs becomes the future root. It holds the directory skeleton, `/etc`
+//!    (generated `passwd`/`group`/`hostname`/`hosts`/`mtab`, and copies of the host's
+//!    non-secret configuration on an explicit allowlist, [`ETC_ALLOW`]), `/dev` placeholders
+//!    with the host's `null`, `zero`, `full`, `random` and `urandom` bound over them (and
+//!    `/dev/ptmx -> pts/ptmx`), `/sys/fs/cgroup` with read-only binds of the box's own cgroup
+//!    directories ([`CgroupView`]; nothing else of `/sys`), and read-only recursive binds of
+//!    `/usr`, the `/bin`/`/lib*` directories (or the same symlinks where the host has merged
+//!    `/usr`), the interpreters' prefixes at their own paths, and the caller's extra binds.
+//!    Bind sources are
 //!    cloned with `open_tree` *before* the template is attached, so no source can be hidden by
 //!    the attachment point.
 //! 2. **Per run**: the parent makes a fresh size-limited tmpfs with `fsopen`/`fsmount` (it is
@@ -18,8 +21,9 @@
 //!    tmpfs to `/.run` of the template (its root is mode 0711 and owned by host root: the box
 //!    can neither list nor change it, and what it holds is what `/work`, `/tmp` and `/dev/shm`
 //!    already show), binds its three directories over `/work`, `/tmp` and
-//!    `/dev/shm`, mounts a fresh `/proc` for its pid namespace (with `/proc/sys` read-only),
-//!    and `pivot_root`s into the template, detaching everything of the host. After the run the
+//!    `/dev/shm`, mounts a fresh `/proc` for its pid namespace (with `/proc/sys` read-only)
+//!    and a devpts instance of its own at `/dev/pts` (no run sees another's terminals), and
+//!    `pivot_root`s into the template, detaching everything of the host. After the run the
 //!    parent still holds the tmpfs through its mount fd and reads the collected files from it
 //!    with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; closing the fd frees it.
 
@@ -314,20 +318,90 @@ pub struct Layout {
 enum EtcItem {
     Data(Vec<u8>),
     Symlink(PathBuf),
+    /// An empty directory.
+    Dir,
 }
 
 const SYSTEM_DIRS: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
-const ETC_COPY: &[&str] = &[
+/// What of the host's `/etc` the box sees (copied into the template once per slot, so it
+/// costs nothing per run): the non-secret configuration that runtimes read. An entry the host
+/// lacks is skipped; a name ending in `*` matches every entry of `/etc` it prefixes.
+/// Directories are copied whole (symlinks as symlinks), except what [`etc_secret`] refuses.
+/// `passwd`, `group`, `hostname`, `hosts` (without network) and `mtab` are generated instead.
+pub const ETC_ALLOW: &[&str] = &[
+    // The dynamic loader.
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
-    "localtime",
+    // Name service and network databases (files only: there is no network to ask).
     "nsswitch.conf",
+    "host.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "networks",
+    "ethertypes",
+    "rpc",
+    // The system's identity, read by `platform`, package managers and build tools.
+    "os-release",
+    "lsb-release",
+    "debian_version",
+    "redhat-release",
+    "system-release",
+    "alpine-release",
+    "issue",
+    // Time and locale.
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "locale.conf",
+    "default/locale",
+    // TLS: the public CA certificates and OpenSSL's configuration, never `ssl/private`.
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki/tls/certs",
+    "pki/tls/openssl.cnf",
+    "pki/ca-trust/extracted",
+    "pki/ca-trust/source/anchors",
+    "pki/java",
+    "crypto-policies",
+    // Runtimes: Debian's alternatives links, the JDK's configuration, Python's, fonts.
     "alternatives",
+    "java*",
+    "python3*",
+    "perl",
+    "fonts",
     "mime.types",
+    "magic",
+    "magic.mime",
+    // Shells and terminals.
+    "shells",
+    "profile",
+    "bash.bashrc",
+    "inputrc",
+    "terminfo",
 ];
-const ETC_COPY_NETWORK: &[&str] = &["resolv.conf", "ssl", "gai.conf", "protocols", "services"];
+/// Entries that only a box with the host's network gets.
+const ETC_ALLOW_NETWORK: &[&str] = &["resolv.conf"];
+/// Name fragments that are never copied from `/etc`, wherever they appear: private keys,
+/// password hashes, sudo rules, ssh host keys and credential stores.
+const ETC_SECRET: &[&str] = &[
+    "private",
+    "shadow",
+    "sudoers",
+    "ssh",
+    "secret",
+    "credential",
+    ".key",
+    "keytab",
+    "token",
+];
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
+/// Devices bound when the host has them: `/dev/tty` opens its opener's controlling terminal,
+/// which in a box can only be a terminal of its own devpts (a box starts without one: ENXIO).
+const OPTIONAL_DEVICES: &[&str] = &["tty"];
 
 impl Layout {
     /// Looks at the host and the configuration and decides the skeleton.
@@ -430,15 +504,46 @@ impl Layout {
                 target: p,
             });
         }
+        for d in OPTIONAL_DEVICES {
+            let p = PathBuf::from(format!("/dev/{d}"));
+            if p.exists() {
+                entries.push(Entry::Device {
+                    source: p.clone(),
+                    target: p,
+                });
+            }
+        }
         let mut etc_files = Vec::new();
-        let mut names: Vec<&str> = ETC_COPY.to_vec();
-        if config.network {
-            names.extend_from_slice(ETC_COPY_NETWORK);
+        let mut names: Vec<String> = Vec::new();
+        let etc_entries: Vec<String> = std::fs::read_dir("/etc")
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let allow = ETC_ALLOW.iter().chain(if config.network {
+            ETC_ALLOW_NETWORK
+        } else {
+            &[]
+        });
+        for pattern in allow {
+            match pattern.strip_suffix('*') {
+                Some(prefix) => {
+                    let mut matched: Vec<&String> = etc_entries
+                        .iter()
+                        .filter(|e| e.starts_with(prefix))
+                        .collect();
+                    matched.sort();
+                    names.extend(matched.into_iter().cloned());
+                }
+                None => names.push((*pattern).to_string()),
+            }
         }
         for name in names {
             collect_etc(
-                Path::new("/etc").join(name),
-                PathBuf::from(name),
+                Path::new("/etc").join(&name),
+                PathBuf::from(&name),
                 0,
                 &mut etc_files,
             );
@@ -465,33 +570,199 @@ impl Layout {
 
 /// Box paths that the sandbox builds itself and a bind must not replace.
 fn forbidden_target(p: &Path) -> bool {
-    ["/proc", "/dev", "/work", "/tmp", "/etc", "/.run"]
+    ["/proc", "/dev", "/sys", "/work", "/tmp", "/etc", "/.run"]
         .iter()
         .any(|f| p == Path::new(f) || p.starts_with(format!("{f}/")))
         || p.starts_with("/proc")
 }
 
+/// Whether a path under `/etc` (relative) must never reach the box, by name (see
+/// [`ETC_SECRET`]).
+fn etc_secret(rel: &Path) -> bool {
+    let s = rel.to_string_lossy().to_ascii_lowercase();
+    ETC_SECRET.iter().any(|f| s.contains(f))
+}
+
+/// Copies `host` (a file, a symlink or a directory, recursively) into `out` as `rel`, except
+/// a secret by name ([`etc_secret`]), anything an unprivileged host user could not read
+/// (a file without `o+r`, a directory without `o+rx`) and files over 4 MiB.
 fn collect_etc(host: PathBuf, rel: PathBuf, depth: u32, out: &mut Vec<(PathBuf, EtcItem)>) {
+    use std::os::unix::fs::PermissionsExt;
+    if etc_secret(&rel) {
+        return;
+    }
     let Ok(meta) = std::fs::symlink_metadata(&host) else {
         return;
     };
+    let mode = meta.permissions().mode();
     if meta.file_type().is_symlink() {
         if let Ok(t) = std::fs::read_link(&host) {
             out.push((rel, EtcItem::Symlink(t)));
         }
-    } else if meta.is_file() && meta.len() <= 4 << 20 {
+    } else if meta.is_file() && meta.len() <= 4 << 20 && mode & 0o004 != 0 {
         if let Ok(data) = std::fs::read(&host) {
             out.push((rel, EtcItem::Data(data)));
         }
-    } else if meta.is_dir() && depth < 3 {
+    } else if meta.is_dir() && depth < 8 && mode & 0o005 == 0o005 {
         if let Ok(rd) = std::fs::read_dir(&host) {
             let mut children: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
             children.sort();
+            if children.is_empty() {
+                out.push((rel.clone(), EtcItem::Dir));
+            }
             for name in children {
                 collect_etc(host.join(&name), rel.join(&name), depth + 1, out);
             }
         }
     }
+}
+
+/// What the box sees under `/sys/fs/cgroup`: its own cgroup directories, laid out as on the
+/// host (v2: the slot's directory *is* `/sys/fs/cgroup`; v1: each hierarchy's slot directory
+/// at the hierarchy's own name, e.g. `/sys/fs/cgroup/memory`, with the host's links for
+/// co-mounted controllers, e.g. `cpuacct -> cpu,cpuacct`). The box's cgroup namespace is
+/// rooted at those directories, so `/proc/self/cgroup` and `/proc/self/mountinfo` say `/`
+/// for them, and a runtime that looks for its limits (the JVM, `os.process_cpu_count`-like
+/// code, Go) finds the box's.
+#[derive(Debug, Default, Clone)]
+pub struct CgroupView {
+    /// (host cgroup directory, box path).
+    binds: Vec<(PathBuf, PathBuf)>,
+    /// (symlink target, box path of the link).
+    links: Vec<(PathBuf, PathBuf)>,
+}
+
+/// One cgroup mount of the host, from `/proc/self/mountinfo`.
+struct CgroupMount {
+    point: PathBuf,
+    /// The mount's root within its hierarchy.
+    root: PathBuf,
+    v2: bool,
+    /// v1: the controllers (and `name=`) in its super options.
+    controllers: Vec<String>,
+}
+
+/// v1 controllers the box also sees although the slot has no directory of its own there (it
+/// lives in the sandbox process's cgroup of those hierarchies): the JVM accepts a v1 host only
+/// when `cpuset`, `cpu`, `cpuacct` and `memory` are all mounted, and Go and .NET read their
+/// CPU quota from `cpu`.
+const V1_SHARED: &[&str] = &["cpu", "cpuset", "cpuacct"];
+
+impl CgroupView {
+    /// The view of the slot cgroup directories `dirs`, placed by the cgroup mount each one is
+    /// under (from `/proc/self/mountinfo`); a directory under no cgroup mount is left out.
+    /// On v1, the calling thread's own cgroups of [`V1_SHARED`] hierarchies the slot has no
+    /// directory in are added (from `/proc/thread-self/cgroup`): they are the box's cgroups
+    /// there.
+    pub fn new(dirs: &[PathBuf]) -> CgroupView {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let own = std::fs::read_to_string("/proc/thread-self/cgroup").unwrap_or_default();
+        Self::from_host(dirs, &mountinfo, &own)
+    }
+
+    fn from_host(dirs: &[PathBuf], mountinfo: &str, own_cgroup: &str) -> CgroupView {
+        let mounts: Vec<CgroupMount> = mountinfo
+            .lines()
+            .filter_map(|l| {
+                let (left, right) = l.split_once(" - ")?;
+                let mut f = left.split(' ');
+                let root = f.nth(3)?;
+                let point = f.next()?;
+                let mut r = right.split(' ');
+                let fstype = r.next()?;
+                let options = r.nth(1).unwrap_or("");
+                (fstype == "cgroup" || fstype == "cgroup2").then(|| CgroupMount {
+                    point: PathBuf::from(unescape_mountinfo(point)),
+                    root: PathBuf::from(unescape_mountinfo(root)),
+                    v2: fstype == "cgroup2",
+                    controllers: options.split(',').map(str::to_string).collect(),
+                })
+            })
+            .collect();
+        let mut view = CgroupView::default();
+        let base = Path::new("/sys/fs/cgroup");
+        let mut used: Vec<&CgroupMount> = Vec::new();
+        let add = |view: &mut CgroupView, dir: &Path, m: &CgroupMount| {
+            let Some(name) = m.point.file_name() else {
+                return;
+            };
+            view.binds.push((dir.to_path_buf(), base.join(name)));
+            let name = name.to_string_lossy();
+            if name.contains(',') {
+                for ctrl in name.split(',') {
+                    view.links.push((PathBuf::from(&*name), base.join(ctrl)));
+                }
+            }
+        };
+        for dir in dirs {
+            let Some(m) = mounts
+                .iter()
+                .filter(|m| dir.starts_with(&m.point))
+                .max_by_key(|m| m.point.as_os_str().len())
+            else {
+                continue;
+            };
+            if m.v2 {
+                view.binds.push((dir.clone(), base.into()));
+                return view;
+            }
+            add(&mut view, dir, m);
+            used.push(m);
+        }
+        if used.is_empty() {
+            return view;
+        }
+        for ctrl in V1_SHARED {
+            if used.iter().any(|m| m.controllers.iter().any(|c| c == ctrl)) {
+                continue;
+            }
+            let Some(m) = mounts
+                .iter()
+                .find(|m| !m.v2 && m.controllers.iter().any(|c| c == ctrl))
+            else {
+                continue;
+            };
+            // "4:cpu,cpuacct:/some/path"
+            let Some(path) = own_cgroup.lines().find_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, list, path) = (f.next()?, f.next()?, f.next()?);
+                list.split(',').any(|c| c == *ctrl).then_some(path)
+            }) else {
+                continue;
+            };
+            let path = Path::new(path);
+            let rel = path
+                .strip_prefix(&m.root)
+                .or_else(|_| path.strip_prefix("/"))
+                .unwrap_or(path);
+            let dir = m.point.join(rel);
+            if dir.is_dir() {
+                add(&mut view, &dir, m);
+                used.push(m);
+            }
+        }
+        view
+    }
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The slot's root skeleton, attached at `mountpoint` in the slot thread's private mount
@@ -507,10 +778,21 @@ const MOUNTPOINTS: &[&str] = &["/tmp", "/mnt", "/var/tmp", "/run", "/opt", "/srv
 
 impl Template {
     /// Builds the template. Must run on a thread that has its own mount namespace.
-    pub fn build(layout: &Layout) -> Result<Template> {
+    /// `cgroups` are the slot's cgroup directories (see [`CgroupView`]), shown read-only
+    /// under `/sys/fs/cgroup`.
+    pub fn build(layout: &Layout, cgroups: &CgroupView) -> Result<Template> {
         let err = |what: String| move |e: io::Error| Error::setup_io(what, e);
         // 1. Clone every bind source before anything is attached.
         let mut clones = Vec::new();
+        for (source, target) in &cgroups.binds {
+            let fd = clone_tree(
+                source,
+                false,
+                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+            )
+            .map_err(err(format!("cloning the slot cgroup {}", source.display())))?;
+            clones.push((fd, target.clone(), true));
+        }
         for e in &layout.entries {
             match e {
                 Entry::Bind {
@@ -536,7 +818,16 @@ impl Template {
             }
         }
         // 2. The skeleton tmpfs.
+        let etc_bytes: usize = layout
+            .etc_files
+            .iter()
+            .map(|(_, item)| match item {
+                EtcItem::Data(d) => d.len() + 4096,
+                _ => 4096,
+            })
+            .sum();
         let size_mb = 16
+            + (etc_bytes >> 20)
             + layout
                 .core_module
                 .as_ref()
@@ -552,15 +843,30 @@ impl Template {
         let rootdir =
             open_dir_at(root.as_fd(), b".").map_err(err("opening the root tmpfs".into()))?;
         let d = rootdir.as_fd();
-        for name in ["dev", "proc", "tmp", "work", "etc", ".run", "root", "home"] {
+        for name in [
+            "dev",
+            "proc",
+            "sys",
+            "sys/fs",
+            "sys/fs/cgroup",
+            "tmp",
+            "work",
+            "etc",
+            ".run",
+            "root",
+            "home",
+            "dev/shm",
+            "dev/pts",
+        ] {
             mkdirat(d, name.as_bytes(), 0o755).map_err(err(format!("mkdir /{name}")))?;
         }
-        mkdirat(d, b"dev/shm", 0o755).map_err(err("mkdir /dev/shm".into()))?;
         for (t, l) in [
             ("/proc/self/fd", "dev/fd"),
             ("/proc/self/fd/0", "dev/stdin"),
             ("/proc/self/fd/1", "dev/stdout"),
             ("/proc/self/fd/2", "dev/stderr"),
+            ("pts/ptmx", "dev/ptmx"),
+            ("../proc/self/mounts", "etc/mtab"),
         ] {
             symlinkat(t.as_bytes(), d, l.as_bytes()).map_err(err(format!("symlink /{l}")))?;
         }
@@ -569,6 +875,10 @@ impl Template {
                 symlinkat(target.as_os_str().as_bytes(), d, rel(link))
                     .map_err(err(format!("symlink {}", link.display())))?;
             }
+        }
+        for (target, link) in &cgroups.links {
+            symlinkat(target.as_os_str().as_bytes(), d, rel(link))
+                .map_err(err(format!("symlink {}", link.display())))?;
         }
         for (fd, target, is_dir) in &clones {
             let r = rel(target);
@@ -610,6 +920,9 @@ impl Template {
                 EtcItem::Symlink(t) => {
                     symlinkat(t.as_os_str().as_bytes(), d, pb)
                         .map_err(err(format!("symlink /{}", p.display())))?;
+                }
+                EtcItem::Dir => {
+                    mkdirat(d, pb, 0o755).map_err(err(format!("mkdir /{}", p.display())))?;
                 }
             }
         }
@@ -737,6 +1050,8 @@ pub struct ChildPaths {
     pub shm: CString,
     pub proc_: CString,
     pub proc_sys: CString,
+    /// `/dev/pts`, where each box mounts its own devpts instance.
+    pub pts: CString,
 }
 
 impl ChildPaths {
@@ -753,6 +1068,7 @@ impl ChildPaths {
             shm: j("dev/shm"),
             proc_: j("proc"),
             proc_sys: j("proc/sys"),
+            pts: j("dev/pts"),
         }
     }
 }
@@ -966,4 +1282,133 @@ fn openat2_beneath(dir: BorrowedFd<'_>, path: &[u8]) -> io::Result<OwnedFd> {
 /// For diagnostics.
 pub fn describe(c: &CStr) -> String {
     c.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn v1_slot_dirs_and_the_shared_hierarchies_are_laid_out_as_on_the_host() {
+        // The cpuset hierarchy's own directory does not exist here: it is left out.
+        let own = "4:memory:/a/agentrl-1-0/slot-0\n1:cpu:/\n3:cpuset:/nowhere\n";
+        let dirs = [
+            p("/sys/fs/cgroup/memory/a/agentrl-1-0/slot-0"),
+            p("/sys/fs/cgroup/pids/agentrl-1-0/slot-0"),
+            p("/sys/fs/cgroup/cpuacct/agentrl-1-0/slot-0"),
+        ];
+        let v = CgroupView::from_host(&dirs, V1, own);
+        assert_eq!(
+            v.binds,
+            vec![
+                (dirs[0].clone(), p("/sys/fs/cgroup/memory")),
+                (dirs[1].clone(), p("/sys/fs/cgroup/pids")),
+                (dirs[2].clone(), p("/sys/fs/cgroup/cpuacct")),
+                (p("/sys/fs/cgroup/cpu"), p("/sys/fs/cgroup/cpu")),
+            ]
+        );
+        assert!(v.links.is_empty());
+    }
+
+    #[test]
+    fn co_mounted_controllers_get_the_hosts_links() {
+        let mi = "\
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+";
+        let dirs = [
+            p("/sys/fs/cgroup/memory/s"),
+            p("/sys/fs/cgroup/cpu,cpuacct/s"),
+        ];
+        let v = CgroupView::from_host(&dirs, mi, "");
+        assert_eq!(v.binds[1].1, p("/sys/fs/cgroup/cpu,cpuacct"));
+        assert_eq!(
+            v.links,
+            vec![
+                (p("cpu,cpuacct"), p("/sys/fs/cgroup/cpu")),
+                (p("cpu,cpuacct"), p("/sys/fs/cgroup/cpuacct")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_v2_slot_is_the_whole_of_sys_fs_cgroup_and_no_cgroup_no_view() {
+        let mi = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let dirs = [p("/sys/fs/cgroup/agentrl-1-0/slot-0")];
+        let v = CgroupView::from_host(&dirs, mi, "0::/\n");
+        assert_eq!(v.binds, vec![(dirs[0].clone(), p("/sys/fs/cgroup"))]);
+        let v = CgroupView::from_host(&[p("/elsewhere/slot-0")], mi, "0::/\n");
+        assert!(v.binds.is_empty() && v.links.is_empty());
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo(r"/a\040b\011c\134"), "/a b\tc\\");
+        assert_eq!(unescape_mountinfo(r"/x\04"), r"/x\04");
+    }
+
+    #[test]
+    fn secrets_of_etc_are_refused_by_name() {
+        for s in [
+            "shadow",
+            "gshadow-",
+            "sudoers.d/x",
+            "ssh/ssh_host_ed25519_key",
+            "ssl/private",
+            "pki/tls/private/localhost.key",
+            "krb5.keytab",
+        ] {
+            assert!(etc_secret(Path::new(s)), "{s}");
+        }
+        for s in [
+            "ssl/certs/ca-certificates.crt",
+            "os-release",
+            "java-17-openjdk/security",
+        ] {
+            assert!(!etc_secret(Path::new(s)), "{s}");
+        }
+    }
+
+    #[test]
+    fn only_what_any_host_user_could_read_is_copied() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("agentrl-etc-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("conf/private")).unwrap();
+        std::fs::create_dir_all(dir.join("conf/closed")).unwrap();
+        std::fs::create_dir_all(dir.join("conf/empty")).unwrap();
+        std::fs::write(dir.join("conf/open"), b"1").unwrap();
+        std::fs::write(dir.join("conf/mine"), b"2").unwrap();
+        std::fs::write(dir.join("conf/private/k"), b"3").unwrap();
+        std::fs::write(dir.join("conf/closed/c"), b"4").unwrap();
+        std::os::unix::fs::symlink("open", dir.join("conf/link")).unwrap();
+        let mode = |p: &str, m| {
+            std::fs::set_permissions(dir.join(p), std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode("conf/open", 0o644);
+        mode("conf/mine", 0o600);
+        mode("conf/closed", 0o750);
+        let mut out = Vec::new();
+        collect_etc(dir.join("conf"), p("conf"), 0, &mut out);
+        let names: Vec<String> = out
+            .iter()
+            .map(|(r, _)| r.to_string_lossy().into_owned())
+            .collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names, ["conf/empty", "conf/link", "conf/open"]);
+    }
 }

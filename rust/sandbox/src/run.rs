@@ -74,6 +74,11 @@ impl Channels {
         let (sock_parent, sock_child) = fdpass::seqpacket_pair().map_err(io_error("socketpair"))?;
         set_nonblocking(out_r.as_raw_fd());
         set_nonblocking(err_r.as_raw_fd());
+        // The box may reopen its own output through `/dev/stdout`, `/dev/stderr` or
+        // `/proc/self/fd/N` (a pipe's inode is mode 0600), as any process may its own pipes.
+        for fd in [&out_w, &err_w] {
+            give_to(fd.as_fd(), host_id).map_err(io_error("handing the output pipes over"))?;
+        }
         Ok(Channels {
             runfs,
             out_r,
@@ -103,6 +108,7 @@ impl RunIo {
             .write_inputs(&run.files, host_id, host_id)
             .map_err(io_error("creating the run tmpfs"))?;
         let stdin = memfd_with(&run.stdin).map_err(io_error("preparing stdin"))?;
+        give_to(stdin.as_fd(), host_id).map_err(io_error("preparing stdin"))?;
         Ok(RunIo { channels, stdin })
     }
 }
@@ -851,6 +857,17 @@ pub(crate) fn set_nonblocking(fd: RawFd) {
         let fl = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
     }
+}
+
+/// Makes the box user (host id `id`, uid and gid) the owner of the inode behind `fd`: the
+/// pipes and memfd of its standard streams, which it may then reopen (`/dev/stdout`) as a
+/// process may its own pipes on a host. Nothing else of the host runs under that id.
+fn give_to(fd: BorrowedFd<'_>, id: u32) -> std::io::Result<()> {
+    // SAFETY: fchown on a valid fd changes only that inode's owner.
+    if unsafe { libc::fchown(fd.as_raw_fd(), id, id) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A close-on-exec memfd holding `data`, positioned at its start.

@@ -22,7 +22,7 @@ use crate::cgroup;
 use crate::config::{self, RunRequest, SandboxConfig, WORK_DIR};
 use crate::error::{Error, Result};
 use crate::limits::Limits;
-use crate::mounts::{ChildPaths, Layout, Template};
+use crate::mounts::{CgroupView, ChildPaths, Layout, Template};
 use crate::run::run_in_slot;
 use crate::seccomp::{Filter, Policy};
 use crate::session::Session;
@@ -811,7 +811,12 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         None => None,
     };
     drop(manager);
-    let template = Template::build(&shared.layout)?;
+    // The box sees its own cgroup (read-only) under /sys/fs/cgroup.
+    let view = match &cgroup {
+        Some((s, _)) => CgroupView::new(s.paths()),
+        None => CgroupView::default(),
+    };
+    let template = Template::build(&shared.layout, &view)?;
     let paths = ChildPaths::new(&template.mountpoint);
     let stack =
         ChildStack::new(256 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;

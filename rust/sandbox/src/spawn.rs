@@ -16,7 +16,8 @@
 //!    the uid/gid maps (and, on cgroup v2, to attach it to the slot cgroup);
 //! 2. mount: per-run tmpfs at `/.run` (closed to the box), binds of its directories over
 //!    `/work`, `/tmp`, `/dev/shm`, fresh `/proc`
-//!    with `/proc/sys` read-only, `pivot_root` into the template, detach the old root;
+//!    with `/proc/sys` read-only, a devpts instance of its own at `/dev/pts`, `pivot_root`
+//!    into the template, detach the old root;
 //! 3. new cgroup namespace, hostname, `setsid` (its own session: no TIOCSTI on a shared tty);
 //! 4. stdin/stdout/stderr, rlimits;
 //! 5. identity: drop the capability bounding set, `setgroups([])`, `setresgid`/`setresuid` to
@@ -71,6 +72,7 @@ steps! {
     BindShm => "binding /dev/shm",
     MountProc => "mounting /proc",
     BindProcSys => "binding /proc/sys",
+    MountPts => "mounting the box's own /dev/pts (devpts)",
     RemountProcSys => "making /proc/sys read-only",
     ChdirRoot => "entering the new root",
     PivotRoot => "pivot_root",
@@ -139,6 +141,11 @@ const EMPTY: &[u8] = b"\0";
 const ROOT: &[u8] = b"/\0";
 const DOT: &[u8] = b".\0";
 const PROC: &[u8] = b"proc\0";
+const DEVPTS: &[u8] = b"devpts\0";
+/// A devpts instance of the box's own (implied in a user namespace; `newinstance` says so
+/// on older kernels too): anyone may open `/dev/ptmx`, a new terminal is its opener's, mode
+/// 0620, as on a host.
+pub(crate) const DEVPTS_OPTIONS: &[u8] = b"newinstance,ptmxmode=0666,mode=620\0";
 
 /// Writes one 8-byte status record (step, errno). Async-signal-safe.
 #[inline(always)]
@@ -349,6 +356,18 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                 )
             );
         }
+        step!(
+            p,
+            Step::MountPts,
+            syscall5(
+                libc::SYS_mount,
+                DEVPTS.as_ptr() as usize,
+                paths.pts.as_ptr() as usize,
+                DEVPTS.as_ptr() as usize,
+                (libc::MS_NOSUID | libc::MS_NOEXEC) as usize,
+                DEVPTS_OPTIONS.as_ptr() as usize
+            )
+        );
         step!(
             p,
             Step::ChdirRoot,

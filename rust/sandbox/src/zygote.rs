@@ -16,7 +16,7 @@
 //! any other run; its parent is the interpreter, outside its namespace, so `getppid()` reads
 //! 0 there. The run enters a **new mount namespace**, where it
 //! attaches a fresh per-run tmpfs over `/work`, `/tmp` and `/dev/shm` and mounts its
-//! own `/proc` (with `/proc/sys` read-only). It then drops to the box user (uid 1000, a
+//! own `/proc` (with `/proc/sys` read-only) and its own `/dev/pts`. It then drops to the box user (uid 1000, a
 //! different host uid from the interpreter's), clears every capability, sets
 //! `no_new_privs`, installs the same seccomp filter as a cold run, hands the listener to the
 //! supervisor, closes every fd but 0/1/2 and only then runs the user's code. The modules the
@@ -1110,6 +1110,18 @@ fn child_setup(payload: &[u8], fds: &[RawFd], own_env: &[u8]) -> Option<Env> {
                 std::ptr::null(),
             ),
             Step::RemountProcSys,
+        );
+        // A devpts instance of the run's own: no run sees another's terminals.
+        let (devpts, pts) = (c"devpts", c"/dev/pts");
+        ok(
+            libc::mount(
+                devpts.as_ptr(),
+                pts.as_ptr(),
+                devpts.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                crate::spawn::DEVPTS_OPTIONS.as_ptr().cast(),
+            ),
+            Step::MountPts,
         );
         ok(libc::setsid(), Step::Setsid);
         for (fd, target) in [(fds[1], 0), (fds[2], 1), (fds[3], 2)] {
