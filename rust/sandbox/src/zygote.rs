@@ -233,7 +233,6 @@ pub(crate) fn launch(
     (status_r, status_w): (std::os::fd::BorrowedFd<'_>, OwnedFd),
     sock_parent: std::os::fd::BorrowedFd<'_>,
 ) -> RunResult<Launch> {
-    let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
     let (go_r, go_w) = run::pipe().map_err(|e| format!("pipe: {e}"))?;
     let rlimits = crate::rlimit::for_limits(&prepared.limits, slot.cgroup.is_none());
     let payload = encode(
@@ -253,39 +252,47 @@ pub(crate) fn launch(
     ];
     let passed = std::mem::take(&mut *prepared.pass_fds.lock().unwrap_or_else(|e| e.into_inner()));
     send.extend(passed.iter().map(|f| f.as_raw_fd()));
-    fdpass::send(z.ctl.as_fd(), &payload, &send).map_err(|e| {
-        if e.raw_os_error() == Some(libc::EMSGSIZE) {
-            format!(
-                "the run's environment is too large for the warm interpreter ({} bytes)",
-                payload.len()
-            )
-        } else {
-            format!("the warm interpreter is gone: {e}")
+    // An interpreter that died between runs (found gone when asked, or gone before it forked)
+    // ran none of this run's code: a new one is started and asked again, once, so that the
+    // program gets its own verdict rather than `sandbox_error`. Once the interpreter has
+    // answered `P`, the run exists and is never started twice.
+    let mut attempts = 0;
+    let (pidfd, initfd) = loop {
+        attempts += 1;
+        let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+        let gone = match fdpass::send(z.ctl.as_fd(), &payload, &send) {
+            Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                return Err(format!(
+                    "the run's environment is too large for the warm interpreter ({} bytes)",
+                    payload.len()
+                ))
+            }
+            Err(e) => format!("the warm interpreter is gone: {e}"),
+            Ok(()) => match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
+                Ok(Some((m, mut f))) if m == b"P" && f.len() == 2 => {
+                    let init = f.pop().expect("two fds");
+                    break (f.pop().expect("two fds"), init);
+                }
+                Ok(Some((m, _))) if m.first() == Some(&b'E') => {
+                    return Err(format!(
+                        "the warm interpreter could not fork: {}",
+                        String::from_utf8_lossy(&m[1..])
+                    ))
+                }
+                Ok(_) => format!("the warm interpreter died; its output: {}", tail(&z.log)),
+                Err(e) => return Err(format!("the warm interpreter did not answer: {e}")),
+            },
+        };
+        if attempts > 1 {
+            return Err(gone);
         }
-    })?;
+        discard(slot);
+        ensure(shared, slot).map_err(|e| format!("{gone}; a new one did not start: {e}"))?;
+    };
     drop(status_w);
     drop(go_r);
-    // The interpreter has its copies (or the run failed to start): ours go now.
+    // The interpreter has its copies: ours go now.
     drop(passed);
-    let (pidfd, initfd) = match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
-        Ok(Some((m, mut f))) if m == b"P" && f.len() == 2 => {
-            let init = f.pop().expect("two fds");
-            (f.pop().expect("two fds"), init)
-        }
-        Ok(Some((m, _))) if m.first() == Some(&b'E') => {
-            return Err(format!(
-                "the warm interpreter could not fork: {}",
-                String::from_utf8_lossy(&m[1..])
-            ))
-        }
-        Ok(_) => {
-            return Err(format!(
-                "the warm interpreter died; its output: {}",
-                tail(&z.log)
-            ))
-        }
-        Err(e) => return Err(format!("the warm interpreter did not answer: {e}")),
-    };
     // Let it run.
     // SAFETY: writing one byte from a valid buffer to our pipe.
     if unsafe { libc::write(go_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
