@@ -10,22 +10,74 @@
 //!
 //! * **Allowed**: file, memory, process, signal, time, IPC, socket and event-fd calls, and calls
 //!   a namespace already confines (`kill`, `pidfd_*` in the pid namespace; SysV IPC and `mq_*` in
-//!   the IPC namespace) or that need a capability the box lacks (`setuid`, `capset`, `mknod`).
+//!   the IPC namespace) or that need a capability the box lacks (`setuid`, `capset`, `mknod`);
+//!   and tracing: `ptrace`, `process_vm_readv`, `process_vm_writev` (see *Tracing* below).
 //! * **Allowed after an argument check**: `clone` without namespace flags; `socket` and
-//!   `socketpair` for `AF_UNIX` (plus `AF_INET`, `AF_INET6` and `AF_NETLINK` with
-//!   [`Policy::allow_network`]); `ioctl` other than `TIOCSTI` and `TIOCLINUX` (terminal input
-//!   injection); `personality` only as a query (`0` or `0xffffffff`).
-//! * **Refused with `EPERM`**: `ptrace`, the mount API, `unshare`/`setns`, `bpf`,
-//!   `perf_event_open`, `userfaultfd`, `io_uring_*`, the key-ring calls, module and `kexec`
-//!   loading, clock setting, `process_vm_*`, file handles, `kcmp`, `pidfd_getfd` and the other
-//!   calls listed in `DENY_*` below; and `clone` with namespace flags. `socket` with a refused
-//!   domain gets `EAFNOSUPPORT`.
-//! * **Refused with `ENOSYS`**: every call not listed, as if the kernel lacked it, so programs
-//!   take their fallback paths.
+//!   `socketpair` for `AF_UNIX`, `AF_INET`, `AF_INET6`, and `AF_NETLINK` with `NETLINK_ROUTE`
+//!   or `NETLINK_SOCK_DIAG` (any `AF_NETLINK` protocol with [`Policy::allow_network`]; see
+//!   *Networking* below); `ioctl` other than `TIOCSTI` and `TIOCLINUX` (terminal input
+//!   injection); `personality` as a query (`0xffffffff`), `PER_LINUX` (`0`) or
+//!   `ADDR_NO_RANDOMIZE` (gdb starts its inferiors so, as on the host).
+//! * **Refused and recorded** (notified, see below; named in the verdict's
+//!   `denied_syscalls`): calls shaped like an attack, which no ordinary program makes: the
+//!   mount API, `unshare`/`setns`, `bpf`, `perf_event_open`, `userfaultfd`, `io_uring_*`, the
+//!   key-ring calls, module and `kexec` loading, clock setting, `process_madvise`, file
+//!   handles, `kcmp`, `pidfd_getfd` and the other calls listed in `DENY_*` below (`EPERM`);
+//!   `clone` with namespace flags, `ioctl(TIOCSTI)` and a `personality` change (`EPERM`);
+//!   `socket` with a refused domain (`EAFNOSUPPORT`) or netlink protocol (`EPROTONOSUPPORT`);
+//!   and every call not listed (`ENOSYS`, as if the kernel lacked it, so programs take their
+//!   fallback paths).
+//! * **Refused with a plain errno, unrecorded** (`SECCOMP_RET_ERRNO`, `ERRNO_PLAIN` and
+//!   `PLAIN_NETLINK_PROTOCOLS` below): refusals that ordinary programs meet routinely and
+//!   handle, answered with the errno the kernel itself gives an unprivileged caller or a kernel
+//!   without the call, so that a passing program's verdict stays `denied_syscalls == ()`:
+//!
+//!   | call | errno | who makes it |
+//!   |---|---|---|
+//!   | `syslog` | `EPERM` | `dmesg` (the kernel's answer under `dmesg_restrict`) |
+//!   | `statmount`, `listmount` | `ENOSYS` | newer util-linux (falls back to mountinfo) |
+//!   | `lsm_get_self_attr`, `lsm_set_self_attr`, `lsm_list_modules` | `ENOSYS` | newer systemd, libselinux |
+//!   | `socket(AF_NETLINK, NETLINK_AUDIT)` | `EPROTONOSUPPORT` | PAM, `su`, `login`, `crond` |
+//!   | `clone3` | `ENOSYS` | glibc, musl (fall back to `clone`; see below) |
+//!
+//!   The line between the two: a call goes in the plain class only if ordinary programs make
+//!   it in their normal course *and* cope with its failure; anything that only an exploit, a
+//!   container runtime or a system administrator would call (namespaces, mounts, `bpf`,
+//!   `kexec`, modules, key rings, `io_uring`, raw sockets) stays recorded, so that a verdict
+//!   names what a hostile program tried.
+//!
+//! # Networking
+//!
+//! Every box has its own network namespace (one per slot, reused; see [`crate::net`]) with only
+//! `lo` up (127.0.0.1 and ::1). `AF_INET`/`AF_INET6` sockets there reach nothing but the box
+//! itself: the host's loopback is another namespace's, and every other address has no route
+//! (`ENETUNREACH` before anything is sent). So they are allowed without
+//! [`Policy::allow_network`] (test servers, `node`'s `listen`, Go's `httptest`), and so are
+//! `NETLINK_ROUTE` (`if_nameindex`, `getifaddrs`, `ip addr`) and `NETLINK_SOCK_DIAG` (`ss`),
+//! which read the private namespace; changing it needs `CAP_NET_ADMIN` over it, which the box
+//! lacks (the namespace belongs to the host's user namespace). Other netlink protocols
+//! (netfilter, xfrm, generic, uevents, ...) are kernel attack surface and stay refused. Raw
+//! IP sockets need `CAP_NET_RAW` there, which the box lacks too.
+//!
+//! # Tracing
+//!
+//! `ptrace` is allowed, as in Docker's default profile on Linux >= 4.8: AddressSanitizer's
+//! LeakSanitizer stops the world with it at exit, and strace and gdb need it. It cannot be
+//! used to get past the filter: since 4.8 the kernel runs seccomp *after* the syscall-enter
+//! stop, so a call a tracer rewrites is judged (and refused, and named) as the rewritten
+//! call, and `PTRACE_O_SUSPEND_SECCOMP` needs `CAP_SYS_ADMIN` in the host's user namespace.
+//! It cannot reach outside the box: the kernel lets a process attach only to processes of its
+//! own uid that are dumpable (the box has no `CAP_SYS_PTRACE`), and a box's pid namespace holds
+//! only the box's processes. The one process of the box without a filter, pid 1 (the init of
+//! [`crate::init`], or the idle init of a warm run), runs as another uid and makes itself
+//! non-dumpable. The warm interpreter (the parent of a warm run) is outside the pid namespace.
+//! `process_vm_readv`/`writev` take the same permission check as `PTRACE_ATTACH` and give no
+//! more than `PTRACE_PEEKDATA` (strace uses them), so they follow `ptrace`; `pidfd_getfd`,
+//! `kcmp` and `process_madvise` stay refused.
 //!
 //! # Why `SECCOMP_RET_USER_NOTIF`
 //!
-//! Refusals do not use `SECCOMP_RET_ERRNO`: they stop the calling thread and notify the
+//! Recorded refusals do not use `SECCOMP_RET_ERRNO`: they stop the calling thread and notify the
 //! supervisor through the listener fd the filter was installed with ([`Filter::install`]). The
 //! supervisor ([`answer_notification`]) records the system call's name and arguments and answers
 //! with the errno, so a verdict can say *which* call was refused ("`ptrace` denied") instead of the
@@ -56,6 +108,7 @@
 //! length. An allowed call that needs no argument check is decided from the number and arch
 //! alone, so the kernel's per-filter action cache (Linux 5.11+) lets it skip the filter
 //! entirely; only `clone`, `socket`, `socketpair`, `ioctl` and `personality` run the program.
+//! (A tracer's rewrite of the number is judged, cached or not, by the rewritten number.)
 //!
 //! # Contract with the spawn pipeline
 //!
@@ -92,7 +145,9 @@ mod syscalls;
 /// What a box may do beyond the fixed part of the policy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Policy {
-    /// Allow `AF_INET`, `AF_INET6` and `AF_NETLINK` sockets (`AF_UNIX` is always allowed).
+    /// The box shares the host's network: allow `AF_NETLINK` sockets of any protocol. (`AF_UNIX`,
+    /// `AF_INET`, `AF_INET6` and the read-only netlink protocols are always allowed: without
+    /// this, the box's network namespace is private.)
     pub allow_network: bool,
 }
 
