@@ -289,6 +289,69 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The inits make themselves non-dumpable: a process of the same uid and without
+    /// capabilities (what a box process would be, were it on the init's uid) cannot trace it.
+    /// (Both inits start with the same `prctl`; the idle one stays up to be probed.)
+    #[test]
+    fn idle_is_not_dumpable() {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to run the init on a spare uid");
+            return;
+        }
+        const UID: u32 = 0x5A00_0FFF; // a spare id at the top of the boxes' range
+        let (dir, path) = install("idle-dump", &idle_elf());
+        let mut tries = 0;
+        let mut child = loop {
+            match std::process::Command::new(&path).uid(UID).gid(UID).spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.unwrap(),
+            }
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let target = child.id() as libc::pid_t;
+        // SAFETY: the forked child makes raw system calls only, then exits.
+        let helper = unsafe { libc::fork() };
+        assert!(helper >= 0);
+        if helper == 0 {
+            // SAFETY: raw system calls with integer arguments; exit_group does not return.
+            unsafe {
+                let id = UID as usize;
+                crate::sys::syscall3(libc::SYS_setgroups, 0, 0, 0);
+                crate::sys::syscall3(libc::SYS_setresgid, id, id, id);
+                crate::sys::syscall3(libc::SYS_setresuid, id, id, id);
+                let r = crate::sys::syscall6(
+                    libc::SYS_ptrace,
+                    libc::PTRACE_SEIZE as usize,
+                    target as usize,
+                    0,
+                    0,
+                    0,
+                    0,
+                );
+                let code = if r < 0 { (-r) as usize } else { 0 };
+                crate::sys::syscall3(libc::SYS_exit_group, code, 0, 0);
+            }
+            unreachable!();
+        }
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        assert_eq!(unsafe { libc::waitpid(helper, &mut status, 0) }, helper);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(libc::WIFEXITED(status));
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            libc::EPERM,
+            "a same-uid process could trace the idle init"
+        );
+    }
+
     /// The idle init waits until it is killed.
     #[test]
     fn idle_waits_until_killed() {
