@@ -209,6 +209,37 @@ def test_host_and_outside_unreachable(sb: Sandbox, path: str, tcp_listener: sock
     assert not select.select([tcp_listener], [], [], 0.2)[0], "the host listener got a connection"
 
 
+LEAVE_TIME_WAIT = """
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", {port})); s.listen(1)
+c = socket.create_connection(("127.0.0.1", {port})); a, _ = s.accept()
+a.close(); c.close(); s.close()  # the server side closes first: its port would be TIME_WAIT
+print("left")
+"""
+
+FIND_TIME_WAIT = """
+import socket
+print(sum(ln.split()[3] == "06" for ln in open("/proc/net/tcp").read().splitlines()[1:]))
+s = socket.socket(); s.bind(("127.0.0.1", {port})); print("bound")
+"""
+
+
+def test_no_tcp_state_passes_to_the_next_run_of_a_slot() -> None:
+    """Sequential runs of a slot share its network namespace: a connection one run closed must
+    leave no TIME_WAIT entry that the next run sees or that keeps it from binding the port."""
+    port = 40000 + os.getpid() % 20000
+    with Sandbox(max_concurrency=1) as one:
+        for first in PATHS:
+            for second in PATHS:
+                r = py(one, first, LEAVE_TIME_WAIT.format(port=port))
+                assert r.ok and r.stdout == b"left\n", why(r)
+                r = py(one, second, FIND_TIME_WAIT.format(port=port))
+                assert r.ok and r.stdout == b"0\nbound\n", (first, second, why(r))
+    # The host's own setting is untouched.
+    with open("/proc/sys/net/ipv4/tcp_max_tw_buckets") as f:
+        assert int(f.read()) > 0
+
+
 NETLINK_PY = """
 import errno, socket, subprocess
 def netlink(proto):
