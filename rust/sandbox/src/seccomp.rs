@@ -1622,6 +1622,28 @@ mod tests {
     }
 
     #[test]
+    fn description_matches_the_tables() {
+        let local = describe(&DEFAULT);
+        assert!(local.allow.contains(&"ptrace") && local.allow.contains(&"process_vm_readv"));
+        assert!(local.deny.contains(&"mount") && !local.deny.contains(&"syslog"));
+        assert_eq!(local.errno, vec![("syslog", libc::EPERM)]);
+        for n in ["clone3", "statmount", "listmount", "lsm_list_modules"] {
+            assert!(local.enosys.contains(&n), "{n}");
+        }
+        assert_eq!(local.socket_domains, LOCAL_DOMAINS);
+        assert_eq!(
+            local.netlink_protocols.as_deref(),
+            Some(LOCAL_NETLINK_PROTOCOLS)
+        );
+        assert_eq!(local.plain_netlink_protocols, PLAIN_NETLINK_PROTOCOLS);
+        assert!(local.personalities.contains(&ADDR_NO_RANDOMIZE));
+        let net = describe(&NETWORK);
+        assert_eq!(net.socket_domains, NETWORK_DOMAINS);
+        assert_eq!(net.netlink_protocols, None);
+        assert!(net.plain_netlink_protocols.is_empty());
+    }
+
+    #[test]
     fn allow_path_is_short() {
         let filter = Filter::compile(&DEFAULT);
         let mut worst = 0;
