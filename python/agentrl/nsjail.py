@@ -350,6 +350,8 @@ _UNIFIED_NR = {
 
 _ARG_CHECKED = ("clone", "socket", "socketpair", "ioctl", "personality")
 _EPERM, _ENOSYS, _EAFNOSUPPORT = errno.EPERM, errno.ENOSYS, errno.EAFNOSUPPORT
+_EPROTONOSUPPORT = errno.EPROTONOSUPPORT
+_AF_NETLINK = 16
 _U32 = "0xffffffff"
 
 
@@ -398,22 +400,45 @@ def kafel_policy(
         return " || ".join(f"({var} & {_U32}) == {v:#x}" for v in vals)
 
     clone_mask = int(policy["clone_refused_flags"])  # type: ignore[call-overload]
-    domains = policy["socket_domains"]
+    domains = [int(v) for v in policy["socket_domains"]]  # type: ignore[union-attr]
+    # None (or absent): AF_NETLINK is in ``domains`` or refused. A list: AF_NETLINK with these
+    # protocols only (NETLINK_ROUTE in the box's private network namespace).
+    netlink = policy.get("netlink_protocols")
+    # (``plain_netlink_protocols`` need no rule of their own: nsjail cannot report a refusal,
+    # so the other netlink protocols' EPROTONOSUPPORT covers them.)
+    # Plain refusals with an errno other than ENOSYS (ENOSYS ones are in "enosys").
+    plain = dict(policy.get("errno") or {})  # type: ignore[call-overload]
     ioctls = [int(v) for v in policy["refused_ioctls"]]  # type: ignore[union-attr]
     personas = policy["personalities"]
     ioctl_ok = " && ".join(f"(request & {_U32}) != {v:#x}" for v in ioctls) or "1 == 1"
+    socket_ok = u32_any("domain", domains)
+    if netlink is not None:
+        protos = u32_any("protocol", netlink)  # type: ignore[arg-type]
+        socket_ok += f" || ((domain & {_U32}) == {_AF_NETLINK:#x} && ({protos}))"
     checked = [
         f"clone(clone_flags) {{ (clone_flags & {clone_mask:#x}) == 0 }}",
-        f"socket(domain) {{ {u32_any('domain', domains)} }}",  # type: ignore[arg-type]
-        f"socketpair(domain) {{ {u32_any('domain', domains)} }}",  # type: ignore[arg-type]
+        f"socket(domain, type, protocol) {{ {socket_ok} }}",
+        f"socketpair(domain, type, protocol) {{ {socket_ok} }}",
         f"ioctl(fd, request) {{ {ioctl_ok} }}",
         f"personality(persona) {{ {u32_any('persona', personas)} }}",  # type: ignore[arg-type]
     ]
+    by_errno: dict[int, list[str]] = {}
+    for name, err in sorted(plain.items()):
+        by_errno.setdefault(int(err), []).append(str(name))
+    netlink_refused = (
+        f"  ERRNO({_EPROTONOSUPPORT}) {{\n    socket(domain) {{ (domain & {_U32}) == "
+        f"{_AF_NETLINK:#x} }},\n    socketpair(domain) {{ (domain & {_U32}) == "
+        f"{_AF_NETLINK:#x} }}\n  }}"
+        if netlink is not None
+        else None
+    )
     blocks = [
         block(f"ERRNO({_ENOSYS})", policy["enosys"]),  # type: ignore[arg-type]
+        *(block(f"ERRNO({e})", names_) for e, names_ in sorted(by_errno.items())),
         block(f"ERRNO({_EPERM})", policy["deny"]),  # type: ignore[arg-type]
         block("ALLOW", policy["allow"]),  # type: ignore[arg-type]
         "  ALLOW {\n    " + ",\n    ".join(checked) + "\n  }",
+        netlink_refused,
         f"  ERRNO({_EPERM}) {{ clone, ioctl, personality }}",
         f"  ERRNO({_EAFNOSUPPORT}) {{ socket, socketpair }}",
     ]

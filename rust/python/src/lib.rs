@@ -401,6 +401,14 @@ fn seccomp_policy(py: Python<'_>, network: bool) -> PyResult<Bound<'_, PyDict>> 
     d.set_item("allow", p.allow)?;
     d.set_item("deny", p.deny)?;
     d.set_item("enosys", p.enosys)?;
+    d.set_item(
+        "errno",
+        p.errno
+            .into_iter()
+            .collect::<std::collections::HashMap<_, _>>(),
+    )?;
+    d.set_item("netlink_protocols", p.netlink_protocols)?;
+    d.set_item("plain_netlink_protocols", p.plain_netlink_protocols)?;
     d.set_item("clone_refused_flags", p.clone_refused_flags)?;
     d.set_item("socket_domains", p.socket_domains)?;
     d.set_item("refused_ioctls", p.refused_ioctls)?;

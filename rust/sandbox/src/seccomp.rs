@@ -10,22 +10,74 @@
 //!
 //! * **Allowed**: file, memory, process, signal, time, IPC, socket and event-fd calls, and calls
 //!   a namespace already confines (`kill`, `pidfd_*` in the pid namespace; SysV IPC and `mq_*` in
-//!   the IPC namespace) or that need a capability the box lacks (`setuid`, `capset`, `mknod`).
+//!   the IPC namespace) or that need a capability the box lacks (`setuid`, `capset`, `mknod`);
+//!   and tracing: `ptrace`, `process_vm_readv`, `process_vm_writev` (see *Tracing* below).
 //! * **Allowed after an argument check**: `clone` without namespace flags; `socket` and
-//!   `socketpair` for `AF_UNIX` (plus `AF_INET`, `AF_INET6` and `AF_NETLINK` with
-//!   [`Policy::allow_network`]); `ioctl` other than `TIOCSTI` and `TIOCLINUX` (terminal input
-//!   injection); `personality` only as a query (`0` or `0xffffffff`).
-//! * **Refused with `EPERM`**: `ptrace`, the mount API, `unshare`/`setns`, `bpf`,
-//!   `perf_event_open`, `userfaultfd`, `io_uring_*`, the key-ring calls, module and `kexec`
-//!   loading, clock setting, `process_vm_*`, file handles, `kcmp`, `pidfd_getfd` and the other
-//!   calls listed in `DENY_*` below; and `clone` with namespace flags. `socket` with a refused
-//!   domain gets `EAFNOSUPPORT`.
-//! * **Refused with `ENOSYS`**: every call not listed, as if the kernel lacked it, so programs
-//!   take their fallback paths.
+//!   `socketpair` for `AF_UNIX`, `AF_INET`, `AF_INET6`, and `AF_NETLINK` with `NETLINK_ROUTE`
+//!   or `NETLINK_SOCK_DIAG` (any `AF_NETLINK` protocol with [`Policy::allow_network`]; see
+//!   *Networking* below); `ioctl` other than `TIOCSTI` and `TIOCLINUX` (terminal input
+//!   injection); `personality` as a query (`0xffffffff`), `PER_LINUX` (`0`) or
+//!   `ADDR_NO_RANDOMIZE` (gdb starts its inferiors so, as on the host).
+//! * **Refused and recorded** (notified, see below; named in the verdict's
+//!   `denied_syscalls`): calls shaped like an attack, which no ordinary program makes: the
+//!   mount API, `unshare`/`setns`, `bpf`, `perf_event_open`, `userfaultfd`, `io_uring_*`, the
+//!   key-ring calls, module and `kexec` loading, clock setting, `process_madvise`, file
+//!   handles, `kcmp`, `pidfd_getfd` and the other calls listed in `DENY_*` below (`EPERM`);
+//!   `clone` with namespace flags, `ioctl(TIOCSTI)` and a `personality` change (`EPERM`);
+//!   `socket` with a refused domain (`EAFNOSUPPORT`) or netlink protocol (`EPROTONOSUPPORT`);
+//!   and every call not listed (`ENOSYS`, as if the kernel lacked it, so programs take their
+//!   fallback paths).
+//! * **Refused with a plain errno, unrecorded** (`SECCOMP_RET_ERRNO`, `ERRNO_PLAIN` and
+//!   `PLAIN_NETLINK_PROTOCOLS` below): refusals that ordinary programs meet routinely and
+//!   handle, answered with the errno the kernel itself gives an unprivileged caller or a kernel
+//!   without the call, so that a passing program's verdict stays `denied_syscalls == ()`:
+//!
+//!   | call | errno | who makes it |
+//!   |---|---|---|
+//!   | `syslog` | `EPERM` | `dmesg` (the kernel's answer under `dmesg_restrict`) |
+//!   | `statmount`, `listmount` | `ENOSYS` | newer util-linux (falls back to mountinfo) |
+//!   | `lsm_get_self_attr`, `lsm_set_self_attr`, `lsm_list_modules` | `ENOSYS` | newer systemd, libselinux |
+//!   | `socket(AF_NETLINK, NETLINK_AUDIT)` | `EPROTONOSUPPORT` | PAM, `su`, `login`, `crond` |
+//!   | `clone3` | `ENOSYS` | glibc, musl (fall back to `clone`; see below) |
+//!
+//!   The line between the two: a call goes in the plain class only if ordinary programs make
+//!   it in their normal course *and* cope with its failure; anything that only an exploit, a
+//!   container runtime or a system administrator would call (namespaces, mounts, `bpf`,
+//!   `kexec`, modules, key rings, `io_uring`, raw sockets) stays recorded, so that a verdict
+//!   names what a hostile program tried.
+//!
+//! # Networking
+//!
+//! Every box has its own network namespace (one per slot, reused; see [`crate::net`]) with only
+//! `lo` up (127.0.0.1 and ::1). `AF_INET`/`AF_INET6` sockets there reach nothing but the box
+//! itself: the host's loopback is another namespace's, and every other address has no route
+//! (`ENETUNREACH` before anything is sent). So they are allowed without
+//! [`Policy::allow_network`] (test servers, `node`'s `listen`, Go's `httptest`), and so are
+//! `NETLINK_ROUTE` (`if_nameindex`, `getifaddrs`, `ip addr`) and `NETLINK_SOCK_DIAG` (`ss`),
+//! which read the private namespace; changing it needs `CAP_NET_ADMIN` over it, which the box
+//! lacks (the namespace belongs to the host's user namespace). Other netlink protocols
+//! (netfilter, xfrm, generic, uevents, ...) are kernel attack surface and stay refused. Raw
+//! IP sockets need `CAP_NET_RAW` there, which the box lacks too.
+//!
+//! # Tracing
+//!
+//! `ptrace` is allowed, as in Docker's default profile on Linux >= 4.8: AddressSanitizer's
+//! LeakSanitizer stops the world with it at exit, and strace and gdb need it. It cannot be
+//! used to get past the filter: since 4.8 the kernel runs seccomp *after* the syscall-enter
+//! stop, so a call a tracer rewrites is judged (and refused, and named) as the rewritten
+//! call, and `PTRACE_O_SUSPEND_SECCOMP` needs `CAP_SYS_ADMIN` in the host's user namespace.
+//! It cannot reach outside the box: the kernel lets a process attach only to processes of its
+//! own uid that are dumpable (the box has no `CAP_SYS_PTRACE`), and a box's pid namespace holds
+//! only the box's processes. The one process of the box without a filter, pid 1 (the init of
+//! [`crate::init`], or the idle init of a warm run), runs as another uid and makes itself
+//! non-dumpable. The warm interpreter (the parent of a warm run) is outside the pid namespace.
+//! `process_vm_readv`/`writev` take the same permission check as `PTRACE_ATTACH` and give no
+//! more than `PTRACE_PEEKDATA` (strace uses them), so they follow `ptrace`; `pidfd_getfd`,
+//! `kcmp` and `process_madvise` stay refused.
 //!
 //! # Why `SECCOMP_RET_USER_NOTIF`
 //!
-//! Refusals do not use `SECCOMP_RET_ERRNO`: they stop the calling thread and notify the
+//! Recorded refusals do not use `SECCOMP_RET_ERRNO`: they stop the calling thread and notify the
 //! supervisor through the listener fd the filter was installed with ([`Filter::install`]). The
 //! supervisor ([`answer_notification`]) records the system call's name and arguments and answers
 //! with the errno, so a verdict can say *which* call was refused ("`ptrace` denied") instead of the
@@ -56,6 +108,7 @@
 //! length. An allowed call that needs no argument check is decided from the number and arch
 //! alone, so the kernel's per-filter action cache (Linux 5.11+) lets it skip the filter
 //! entirely; only `clone`, `socket`, `socketpair`, `ioctl` and `personality` run the program.
+//! (A tracer's rewrite of the number is judged, cached or not, by the rewritten number.)
 //!
 //! # Contract with the spawn pipeline
 //!
@@ -92,7 +145,9 @@ mod syscalls;
 /// What a box may do beyond the fixed part of the policy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Policy {
-    /// Allow `AF_INET`, `AF_INET6` and `AF_NETLINK` sockets (`AF_UNIX` is always allowed).
+    /// The box shares the host's network: allow `AF_NETLINK` sockets of any protocol. (`AF_UNIX`,
+    /// `AF_INET`, `AF_INET6` and the read-only netlink protocols are always allowed: without
+    /// this, the box's network namespace is private.)
     pub allow_network: bool,
 }
 
@@ -348,6 +403,12 @@ const ALLOW_COMMON: &[c_long] = &[
     libc::SYS_timer_gettime,
     libc::SYS_timer_getoverrun,
     libc::SYS_timer_delete,
+    // Tracing, confined to the box: see the module doc. `process_vm_*` take the same
+    // permission check as `PTRACE_ATTACH` and give no more than `PTRACE_PEEKDATA` does
+    // (strace reads its tracees' memory with them).
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
     // Sockets (creation is checked separately).
     libc::SYS_bind,
     libc::SYS_listen,
@@ -447,10 +508,8 @@ const ALLOW_ARCH: &[c_long] = &[
 /// Refused with `EPERM` on every supported architecture: privileged, host-global, or large
 /// kernel attack surface that no ordinary program needs.
 const DENY_COMMON: &[c_long] = &[
-    // Debugging and access to other processes' memory or files.
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
+    // Reaching into other processes beyond what `ptrace` gives (which is allowed: see the
+    // module doc).
     libc::SYS_process_madvise,
     libc::SYS_kcmp,
     libc::SYS_pidfd_getfd,
@@ -496,7 +555,6 @@ const DENY_COMMON: &[c_long] = &[
     libc::SYS_reboot,
     libc::SYS_swapon,
     libc::SYS_swapoff,
-    libc::SYS_syslog,
     libc::SYS_acct,
     libc::SYS_settimeofday,
     libc::SYS_clock_settime,
@@ -520,6 +578,22 @@ const DENY_ARCH: &[c_long] = &[
 #[cfg(target_arch = "aarch64")]
 const DENY_ARCH: &[c_long] = &[];
 
+/// Refused with a plain `SECCOMP_RET_ERRNO`, unreported (not in the verdict's
+/// `denied_syscalls`), with the errno the kernel itself gives an unprivileged caller or a
+/// kernel without the call: refusals that ordinary programs meet routinely and handle. See
+/// the module doc for the classification.
+const ERRNO_PLAIN: &[(c_long, i32)] = &[
+    // `dmesg`: the kernel refuses an unprivileged read under `dmesg_restrict` the same way.
+    (libc::SYS_syslog, libc::EPERM),
+    // Probed by newer util-linux, systemd and libselinux, which fall back (to
+    // /proc/self/mountinfo, /proc/self/attr) on kernels without them.
+    (nr::SYS_statmount, libc::ENOSYS),
+    (nr::SYS_listmount, libc::ENOSYS),
+    (nr::SYS_lsm_get_self_attr, libc::ENOSYS),
+    (nr::SYS_lsm_set_self_attr, libc::ENOSYS),
+    (nr::SYS_lsm_list_modules, libc::ENOSYS),
+];
+
 /// Namespace flags that `clone` may not carry.
 const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWUTS
@@ -529,8 +603,29 @@ const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWNET
     | libc::CLONE_NEWCGROUP) as u32;
 
-/// Socket domains allowed without [`Policy::allow_network`].
-const LOCAL_DOMAINS: &[u32] = &[libc::AF_UNIX as u32];
+/// Socket domains allowed without [`Policy::allow_network`]: the box's network namespace is
+/// private (only `lo`), so IP sockets reach nothing but the box itself.
+const LOCAL_DOMAINS: &[u32] = &[
+    libc::AF_UNIX as u32,
+    libc::AF_INET as u32,
+    libc::AF_INET6 as u32,
+];
+
+/// `AF_NETLINK` protocols allowed without [`Policy::allow_network`]: `NETLINK_ROUTE` only
+/// (interfaces, addresses and routes of the private namespace; changing them needs
+/// `CAP_NET_ADMIN` over it, which the box lacks).
+const LOCAL_NETLINK_PROTOCOLS: &[u32] = &[
+    libc::NETLINK_ROUTE as u32,
+    // `ss`: the sockets of the private namespace, as /proc/net/{tcp,udp,unix} show them
+    // (destroying one needs CAP_NET_ADMIN).
+    libc::NETLINK_SOCK_DIAG as u32,
+];
+
+/// `AF_NETLINK` protocols refused with a plain `EPROTONOSUPPORT` (unreported) without
+/// [`Policy::allow_network`]: `NETLINK_AUDIT`, which PAM, `su`, `login` and `crond` open to log
+/// and which the kernel refuses that way when built without audit. Every other protocol is
+/// notified (and answered `EPROTONOSUPPORT`).
+const PLAIN_NETLINK_PROTOCOLS: &[u32] = &[libc::NETLINK_AUDIT as u32];
 
 /// Socket domains allowed with [`Policy::allow_network`].
 const NETWORK_DOMAINS: &[u32] = &[
@@ -543,12 +638,23 @@ const NETWORK_DOMAINS: &[u32] = &[
 /// Terminal ioctls that inject input or drive the console.
 const REFUSED_IOCTLS: &[u32] = &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32];
 
-/// `personality` arguments that only query the persona.
-const QUERY_PERSONAS: &[u32] = &[0, 0xffff_ffff];
+/// `personality` arguments allowed: a query (`0xffffffff`), `PER_LINUX` (`0`), and
+/// `PER_LINUX | ADDR_NO_RANDOMIZE`, which gdb (and `setarch -R`) set for the programs they
+/// start: address-space randomisation only guards a process against exploits of its own bugs,
+/// and every process of the box is the box's own.
+const ALLOWED_PERSONAS: &[u32] = &[0, 0xffff_ffff, ADDR_NO_RANDOMIZE];
 
-/// The errno the supervisor answers a notification for system call `nr` with.
-fn denial_errno(nr: c_long) -> i32 {
+/// `ADDR_NO_RANDOMIZE` of `<linux/personality.h>`.
+const ADDR_NO_RANDOMIZE: u32 = 0x0040000;
+
+/// The errno the supervisor answers a notification for system call `nr` with arguments
+/// `args` with.
+fn denial_errno(nr: c_long, args: &[u64; 6]) -> i32 {
     match nr {
+        // A netlink protocol the box may not open: what the kernel says of one it lacks.
+        libc::SYS_socket | libc::SYS_socketpair if args[0] as u32 == libc::AF_NETLINK as u32 => {
+            libc::EPROTONOSUPPORT
+        }
         libc::SYS_socket | libc::SYS_socketpair => libc::EAFNOSUPPORT,
         libc::SYS_clone | libc::SYS_ioctl | libc::SYS_personality => libc::EPERM,
         _ if DENY_COMMON.contains(&nr) || DENY_ARCH.contains(&nr) => libc::EPERM,
@@ -653,6 +759,50 @@ fn match_arg(arg: usize, values: &[u32], on_match: u32, on_miss: u32) -> Vec<soc
     code
 }
 
+/// `socket`/`socketpair` without [`Policy::allow_network`]: allow the `domains` in arg0, and
+/// `AF_NETLINK` with one of the `protocols` in arg2; fail `AF_NETLINK` with one of the `plain`
+/// protocols with `EPROTONOSUPPORT`, unreported; notify for everything else.
+///
+/// `[LD arg0; JEQ d0; ...; JEQ dn; JEQ AF_NETLINK; LD arg2; JEQ p0; ...; JEQ pm; JEQ q0; ...;
+/// JEQ qk; RET notify; RET allow; RET errno]`.
+fn socket_check(domains: &[u32], protocols: &[u32], plain: &[u32]) -> Vec<sock_filter> {
+    let (m, p, q) = (domains.len(), protocols.len(), plain.len());
+    let notify = m + p + q + 3; // index of `RET notify`
+    let (allow, errno) = (notify + 1, notify + 2);
+    let target = |from: usize, to: usize| u8::try_from(to - from - 1).expect("short value list");
+    let mut code = Vec::with_capacity(errno + 1);
+    code.push(stmt(LD_W_ABS, arg_low(0)));
+    for &d in domains {
+        let here = code.len();
+        code.push(jump(JMP_JEQ_K, d, target(here, allow), 0));
+    }
+    let here = code.len();
+    // Not AF_NETLINK: skip the protocol checks to `RET notify`.
+    code.push(jump(
+        JMP_JEQ_K,
+        libc::AF_NETLINK as u32,
+        0,
+        target(here, notify),
+    ));
+    code.push(stmt(LD_W_ABS, arg_low(2)));
+    for &proto in protocols {
+        let here = code.len();
+        code.push(jump(JMP_JEQ_K, proto, target(here, allow), 0));
+    }
+    for &proto in plain {
+        let here = code.len();
+        code.push(jump(JMP_JEQ_K, proto, target(here, errno), 0));
+    }
+    debug_assert_eq!(code.len(), notify);
+    code.push(stmt(RET_K, RET_NOTIFY));
+    code.push(stmt(RET_K, RET_ALLOW));
+    code.push(stmt(
+        RET_K,
+        libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32,
+    ));
+    code
+}
+
 fn leaf_code(leaf: Leaf, policy: &Policy) -> Vec<sock_filter> {
     match leaf {
         Leaf::Ret(action) => vec![stmt(RET_K, action)],
@@ -662,16 +812,16 @@ fn leaf_code(leaf: Leaf, policy: &Policy) -> Vec<sock_filter> {
             stmt(RET_K, RET_NOTIFY),
             stmt(RET_K, RET_ALLOW),
         ],
-        Leaf::Socket => {
-            let domains = if policy.allow_network {
-                NETWORK_DOMAINS
-            } else {
-                LOCAL_DOMAINS
-            };
-            match_arg(0, domains, RET_ALLOW, RET_NOTIFY)
+        Leaf::Socket if policy.allow_network => {
+            match_arg(0, NETWORK_DOMAINS, RET_ALLOW, RET_NOTIFY)
         }
+        Leaf::Socket => socket_check(
+            LOCAL_DOMAINS,
+            LOCAL_NETLINK_PROTOCOLS,
+            PLAIN_NETLINK_PROTOCOLS,
+        ),
         Leaf::Ioctl => match_arg(1, REFUSED_IOCTLS, RET_NOTIFY, RET_ALLOW),
-        Leaf::Personality => match_arg(0, QUERY_PERSONAS, RET_ALLOW, RET_NOTIFY),
+        Leaf::Personality => match_arg(0, ALLOWED_PERSONAS, RET_ALLOW, RET_NOTIFY),
     }
 }
 
@@ -712,6 +862,9 @@ fn rules() -> Vec<(u32, Leaf)> {
     add(DENY_COMMON, Leaf::Ret(RET_NOTIFY));
     add(DENY_ARCH, Leaf::Ret(RET_NOTIFY));
     add(&[libc::SYS_clone3], Leaf::Ret(RET_ENOSYS));
+    for &(nr, errno) in ERRNO_PLAIN {
+        add(&[nr], Leaf::Ret(libc::SECCOMP_RET_ERRNO | errno as u32));
+    }
     add(&[libc::SYS_clone], Leaf::Clone);
     add(&[libc::SYS_socket, libc::SYS_socketpair], Leaf::Socket);
     add(&[libc::SYS_ioctl], Leaf::Ioctl);
@@ -988,7 +1141,7 @@ pub fn answer_notification(listener: BorrowedFd<'_>) -> io::Result<Option<Denial
     }
 
     let nr = i64::from(notif.data.nr);
-    let errno = denial_errno(nr);
+    let errno = denial_errno(nr, &notif.data.args);
     let mut resp = libc::seccomp_notif_resp {
         id: notif.id,
         val: 0,
@@ -1081,6 +1234,8 @@ mod tests {
             RET_ALLOW
         } else if nr == libc::SYS_clone3 {
             RET_ENOSYS
+        } else if let Some(&(_, errno)) = ERRNO_PLAIN.iter().find(|&&(n, _)| n == nr) {
+            libc::SECCOMP_RET_ERRNO | errno as u32
         } else {
             RET_NOTIFY
         }
@@ -1129,6 +1284,9 @@ mod tests {
             libc::SYS_pidfd_open,
             libc::SYS_memfd_create,
             libc::SYS_restart_syscall,
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
         ] {
             assert_eq!(
                 action(DEFAULT, nr, NONE),
@@ -1138,7 +1296,6 @@ mod tests {
             );
         }
         for nr in [
-            libc::SYS_ptrace,
             libc::SYS_mount,
             libc::SYS_unshare,
             libc::SYS_setns,
@@ -1147,7 +1304,8 @@ mod tests {
             libc::SYS_io_uring_setup,
             libc::SYS_userfaultfd,
             libc::SYS_perf_event_open,
-            libc::SYS_process_vm_readv,
+            libc::SYS_process_madvise,
+            libc::SYS_pidfd_getfd,
             libc::SYS_kexec_load,
             libc::SYS_init_module,
             libc::SYS_open_by_handle_at,
@@ -1158,7 +1316,12 @@ mod tests {
                 "{:?}",
                 syscall_name(nr)
             );
-            assert_eq!(denial_errno(nr), libc::EPERM, "{:?}", syscall_name(nr));
+            assert_eq!(
+                denial_errno(nr, &NONE),
+                libc::EPERM,
+                "{:?}",
+                syscall_name(nr)
+            );
         }
         #[cfg(target_arch = "x86_64")]
         for nr in [
@@ -1178,17 +1341,28 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         for nr in [libc::SYS_iopl, libc::SYS_ioperm, libc::SYS_modify_ldt] {
             assert_eq!(action(DEFAULT, nr, NONE), RET_NOTIFY);
-            assert_eq!(denial_errno(nr), libc::EPERM);
+            assert_eq!(denial_errno(nr, &NONE), libc::EPERM);
         }
         assert_eq!(action(DEFAULT, libc::SYS_clone3, NONE), RET_ENOSYS);
+        for (nr, errno) in [
+            (libc::SYS_syslog, libc::EPERM),
+            (nr::SYS_statmount, libc::ENOSYS),
+            (nr::SYS_listmount, libc::ENOSYS),
+            (nr::SYS_lsm_list_modules, libc::ENOSYS),
+        ] {
+            assert_eq!(
+                action(DEFAULT, nr, NONE),
+                libc::SECCOMP_RET_ERRNO | errno as u32
+            );
+        }
         for nr in [
-            nr::SYS_statmount,
+            libc::SYS_memfd_secret,
             1000,
             100_000,
             i64::from(i32::MAX >> 2) - 1,
         ] {
             assert_eq!(action(DEFAULT, nr, NONE), RET_NOTIFY);
-            assert_eq!(denial_errno(nr), libc::ENOSYS);
+            assert_eq!(denial_errno(nr, &NONE), libc::ENOSYS);
         }
     }
 
@@ -1292,7 +1466,7 @@ mod tests {
                 RET_ALLOW
             );
         }
-        assert_eq!(denial_errno(libc::SYS_clone), libc::EPERM);
+        assert_eq!(denial_errno(libc::SYS_clone, &NONE), libc::EPERM);
     }
 
     #[test]
@@ -1318,11 +1492,68 @@ mod tests {
                     assert_eq!(action(policy, nr, dom(d)), RET_NOTIFY, "domain {d}");
                 }
             }
-            for d in [libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK] {
-                assert_eq!(action(DEFAULT, nr, dom(d)), RET_NOTIFY, "domain {d}");
-                assert_eq!(action(NETWORK, nr, dom(d)), RET_ALLOW, "domain {d}");
+            for policy in [DEFAULT, NETWORK] {
+                for d in [libc::AF_INET, libc::AF_INET6] {
+                    assert_eq!(action(policy, nr, dom(d)), RET_ALLOW, "domain {d}");
+                    // High bits of the domain are ignored, as by the kernel.
+                    let high = [0xffff_0000_0000_0000 | d as u64, 1, 0, 0, 0, 0];
+                    assert_eq!(action(policy, nr, high), RET_ALLOW, "domain {d}");
+                }
             }
-            assert_eq!(denial_errno(nr), libc::EAFNOSUPPORT);
+            // Netlink: NETLINK_ROUTE only in the private namespace, any protocol with network.
+            let netlink = |proto: u64| {
+                [
+                    libc::AF_NETLINK as u64,
+                    libc::SOCK_RAW as u64,
+                    proto,
+                    0,
+                    0,
+                    0,
+                ]
+            };
+            assert_eq!(action(DEFAULT, nr, netlink(0)), RET_ALLOW);
+            assert_eq!(action(DEFAULT, nr, netlink(1 << 32)), RET_ALLOW);
+            assert_eq!(
+                action(DEFAULT, nr, netlink(libc::NETLINK_SOCK_DIAG as u64)),
+                RET_ALLOW
+            );
+            let plain = libc::SECCOMP_RET_ERRNO | libc::EPROTONOSUPPORT as u32;
+            assert_eq!(
+                action(DEFAULT, nr, netlink(libc::NETLINK_AUDIT as u64)),
+                plain
+            );
+            assert_eq!(
+                action(NETWORK, nr, netlink(libc::NETLINK_AUDIT as u64)),
+                RET_ALLOW
+            );
+            // The plain errno is for netlink only: AF_INET with protocol 9 is still allowed,
+            // AF_PACKET with it still notified.
+            assert_eq!(action(DEFAULT, nr, [2, 1, 9, 0, 0, 0]), RET_ALLOW);
+            assert_eq!(
+                action(DEFAULT, nr, [libc::AF_PACKET as u64, 3, 9, 0, 0, 0]),
+                RET_NOTIFY
+            );
+            for proto in [
+                libc::NETLINK_NETFILTER,
+                libc::NETLINK_GENERIC,
+                libc::NETLINK_KOBJECT_UEVENT,
+                libc::NETLINK_XFRM,
+                libc::NETLINK_CONNECTOR,
+                -1,
+            ] {
+                assert_eq!(
+                    action(DEFAULT, nr, netlink(proto as u32 as u64)),
+                    RET_NOTIFY
+                );
+                assert_eq!(action(NETWORK, nr, netlink(proto as u32 as u64)), RET_ALLOW);
+            }
+            // A protocol that is NETLINK_ROUTE's number does not open another domain.
+            assert_eq!(
+                action(DEFAULT, nr, [libc::AF_PACKET as u64, 3, 0, 0, 0, 0]),
+                RET_NOTIFY
+            );
+            assert_eq!(denial_errno(nr, &NONE), libc::EAFNOSUPPORT);
+            assert_eq!(denial_errno(nr, &netlink(9)), libc::EPROTONOSUPPORT);
         }
     }
 
@@ -1347,27 +1578,27 @@ mod tests {
         ] {
             assert_eq!(action(DEFAULT, libc::SYS_ioctl, req(r as u64)), RET_ALLOW);
         }
-        assert_eq!(denial_errno(libc::SYS_ioctl), libc::EPERM);
+        assert_eq!(denial_errno(libc::SYS_ioctl, &NONE), libc::EPERM);
     }
 
     #[test]
     fn personality_queries_only() {
         let arg = |p: u64| [p, 0, 0, 0, 0, 0];
-        for p in [0, 0xffff_ffff, u64::MAX] {
+        for p in [0, 0xffff_ffff, u64::MAX, 0x0040000, 0xffff_ffff_0004_0000] {
             assert_eq!(
                 action(DEFAULT, libc::SYS_personality, arg(p)),
                 RET_ALLOW,
                 "{p:#x}"
             );
         }
-        for p in [8, 0x0040000, 0x0400000, 1] {
+        for p in [8, 0x0040008, 0x0400000, 0x0440000, 1] {
             assert_eq!(
                 action(DEFAULT, libc::SYS_personality, arg(p)),
                 RET_NOTIFY,
                 "{p:#x}"
             );
         }
-        assert_eq!(denial_errno(libc::SYS_personality), libc::EPERM);
+        assert_eq!(denial_errno(libc::SYS_personality, &NONE), libc::EPERM);
     }
 
     #[test]
@@ -1388,6 +1619,28 @@ mod tests {
             ranges(&rules).len(),
             Filter::compile(&NETWORK).instructions().len()
         );
+    }
+
+    #[test]
+    fn description_matches_the_tables() {
+        let local = describe(&DEFAULT);
+        assert!(local.allow.contains(&"ptrace") && local.allow.contains(&"process_vm_readv"));
+        assert!(local.deny.contains(&"mount") && !local.deny.contains(&"syslog"));
+        assert_eq!(local.errno, vec![("syslog", libc::EPERM)]);
+        for n in ["clone3", "statmount", "listmount", "lsm_list_modules"] {
+            assert!(local.enosys.contains(&n), "{n}");
+        }
+        assert_eq!(local.socket_domains, LOCAL_DOMAINS);
+        assert_eq!(
+            local.netlink_protocols.as_deref(),
+            Some(LOCAL_NETLINK_PROTOCOLS)
+        );
+        assert_eq!(local.plain_netlink_protocols, PLAIN_NETLINK_PROTOCOLS);
+        assert!(local.personalities.contains(&ADDR_NO_RANDOMIZE));
+        let net = describe(&NETWORK);
+        assert_eq!(net.socket_domains, NETWORK_DOMAINS);
+        assert_eq!(net.netlink_protocols, None);
+        assert!(net.plain_netlink_protocols.is_empty());
     }
 
     #[test]
@@ -1686,7 +1939,7 @@ mod tests {
     fn live_raw_system_calls() {
         let cases = [
             Case {
-                what: "ptrace",
+                what: "ptrace (allowed)",
                 policy: DEFAULT,
                 body: || {
                     errno_of(raw(
@@ -1694,8 +1947,8 @@ mod tests {
                         [libc::PTRACE_TRACEME as usize, 0, 0, 0, 0, 0],
                     ))
                 },
-                errno: libc::EPERM,
-                denied: Some("ptrace"),
+                errno: 0,
+                denied: None,
             },
             Case {
                 what: "unshare",
@@ -1746,7 +1999,7 @@ mod tests {
                 denied: Some("keyctl"),
             },
             Case {
-                what: "socket(AF_INET) without network",
+                what: "socket(AF_INET) without network (the private namespace)",
                 policy: DEFAULT,
                 body: || {
                     errno_of(raw(
@@ -1761,8 +2014,65 @@ mod tests {
                         ],
                     ))
                 },
-                errno: libc::EAFNOSUPPORT,
+                errno: 0,
+                denied: None,
+            },
+            Case {
+                what: "socket(AF_NETLINK, NETLINK_ROUTE) without network",
+                policy: DEFAULT,
+                body: || {
+                    errno_of(raw(
+                        libc::SYS_socket,
+                        [
+                            libc::AF_NETLINK as usize,
+                            libc::SOCK_RAW as usize,
+                            libc::NETLINK_ROUTE as usize,
+                            0,
+                            0,
+                            0,
+                        ],
+                    ))
+                },
+                errno: 0,
+                denied: None,
+            },
+            Case {
+                what: "socket(AF_NETLINK, NETLINK_NETFILTER) without network",
+                policy: DEFAULT,
+                body: || {
+                    errno_of(raw(
+                        libc::SYS_socket,
+                        [
+                            libc::AF_NETLINK as usize,
+                            libc::SOCK_RAW as usize,
+                            libc::NETLINK_NETFILTER as usize,
+                            0,
+                            0,
+                            0,
+                        ],
+                    ))
+                },
+                errno: libc::EPROTONOSUPPORT,
                 denied: Some("socket"),
+            },
+            Case {
+                what: "socket(AF_NETLINK, NETLINK_AUDIT) without network (plain)",
+                policy: DEFAULT,
+                body: || {
+                    errno_of(raw(
+                        libc::SYS_socket,
+                        [
+                            libc::AF_NETLINK as usize,
+                            libc::SOCK_RAW as usize,
+                            libc::NETLINK_AUDIT as usize,
+                            0,
+                            0,
+                            0,
+                        ],
+                    ))
+                },
+                errno: libc::EPROTONOSUPPORT,
+                denied: None,
             },
             Case {
                 what: "socket(AF_INET) with network",
@@ -1890,11 +2200,25 @@ mod tests {
                 denied: Some("syscall_1000"),
             },
             Case {
-                what: "statmount (known, unlisted)",
+                what: "memfd_secret (known, unlisted)",
+                policy: DEFAULT,
+                body: || errno_of(raw(libc::SYS_memfd_secret, [0; 6])),
+                errno: libc::ENOSYS,
+                denied: Some("memfd_secret"),
+            },
+            Case {
+                what: "statmount (plain ENOSYS, unreported)",
                 policy: DEFAULT,
                 body: || errno_of(raw(nr::SYS_statmount, [0; 6])),
                 errno: libc::ENOSYS,
-                denied: Some("statmount"),
+                denied: None,
+            },
+            Case {
+                what: "syslog (plain EPERM, unreported)",
+                policy: DEFAULT,
+                body: || errno_of(raw(libc::SYS_syslog, [3, 0, 0, 0, 0, 0])),
+                errno: libc::EPERM,
+                denied: None,
             },
         ];
         for case in &cases {
@@ -1937,7 +2261,7 @@ mod tests {
                 raw_exit(201)
             };
             raw(libc::SYS_close, [listener as usize, 0, 0, 0, 0, 0]);
-            raw_exit(errno_of(raw(libc::SYS_ptrace, [0; 6])));
+            raw_exit(errno_of(raw(libc::SYS_bpf, [0; 6])));
         }
         let mut status = 0;
         // SAFETY: reaping our own child.
@@ -1952,7 +2276,7 @@ mod tests {
             errno_of(raw(
                 libc::SYS_socket,
                 [
-                    libc::AF_INET6 as usize,
+                    libc::AF_PACKET as usize,
                     libc::SOCK_DGRAM as usize,
                     17,
                     0,
@@ -1967,7 +2291,7 @@ mod tests {
             vec![Denial {
                 nr: libc::SYS_socket,
                 name: "socket".into(),
-                args: [libc::AF_INET6 as u64, libc::SOCK_DGRAM as u64, 17, 0, 0, 0],
+                args: [libc::AF_PACKET as u64, libc::SOCK_DGRAM as u64, 17, 0, 0, 0],
                 errno: libc::EAFNOSUPPORT,
             }]
         );
@@ -2091,12 +2415,20 @@ pub struct PolicyDescription {
     pub allow: Vec<&'static str>,
     /// Refused with `EPERM`.
     pub deny: Vec<&'static str>,
-    /// Refused with `ENOSYS` without a report (`clone3`).
+    /// Refused with `ENOSYS` without a report (`clone3`, and the `ENOSYS` ones of
+    /// `ERRNO_PLAIN`).
     pub enosys: Vec<&'static str>,
+    /// Refused without a report with another errno (`syslog`: `EPERM`).
+    pub errno: Vec<(&'static str, i32)>,
     /// `clone` flags that are refused (`EPERM`).
     pub clone_refused_flags: u32,
     /// `socket`/`socketpair` domains that are allowed (others: `EAFNOSUPPORT`).
     pub socket_domains: Vec<u32>,
+    /// `None`: `AF_NETLINK` is in `socket_domains` (any protocol). Otherwise the `AF_NETLINK`
+    /// protocols (arg2) that are allowed; others get `EPROTONOSUPPORT`.
+    pub netlink_protocols: Option<Vec<u32>>,
+    /// `AF_NETLINK` protocols refused with `EPROTONOSUPPORT` without a report.
+    pub plain_netlink_protocols: Vec<u32>,
     /// `ioctl` requests that are refused (`EPERM`).
     pub refused_ioctls: Vec<u32>,
     /// `personality` values that are allowed (others: `EPERM`).
@@ -2108,20 +2440,24 @@ pub fn describe(policy: &Policy) -> PolicyDescription {
     let name = |nr: u32| syscall_name(nr as i64);
     let mut d = PolicyDescription {
         clone_refused_flags: CLONE_NAMESPACE_FLAGS,
-        socket_domains: LOCAL_DOMAINS.to_vec(),
         refused_ioctls: REFUSED_IOCTLS.to_vec(),
-        personalities: QUERY_PERSONAS.to_vec(),
+        personalities: ALLOWED_PERSONAS.to_vec(),
         ..Default::default()
     };
     if policy.allow_network {
-        d.socket_domains.extend_from_slice(NETWORK_DOMAINS);
+        d.socket_domains = NETWORK_DOMAINS.to_vec();
+    } else {
+        d.socket_domains = LOCAL_DOMAINS.to_vec();
+        d.netlink_protocols = Some(LOCAL_NETLINK_PROTOCOLS.to_vec());
+        d.plain_netlink_protocols = PLAIN_NETLINK_PROTOCOLS.to_vec();
     }
     for (nr, leaf) in rules() {
         let Some(n) = name(nr) else { continue };
         match leaf {
             Leaf::Ret(RET_ALLOW) => d.allow.push(n),
             Leaf::Ret(RET_NOTIFY) => d.deny.push(n),
-            Leaf::Ret(_) => d.enosys.push(n),
+            Leaf::Ret(RET_ENOSYS) => d.enosys.push(n),
+            Leaf::Ret(action) => d.errno.push((n, (action & libc::SECCOMP_RET_DATA) as i32)),
             _ => {}
         }
     }
