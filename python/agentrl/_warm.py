@@ -19,10 +19,11 @@ __all__ = ["bootstrap_argv"]
 
 _SOURCE = r"""
 import os, sys
+# sys.path[0] of `-c` is the working directory ("/" here): nothing is imported from it.
+if not sys.flags.safe_path:
+    del sys.path[0]
 
 def _agentrl_zygote(core_path, preimports, preload):
-    with open("/proc/self/comm", "w") as f:
-        f.write("agentrl-warm")
     # The extension is loaded with the import system's own frozen loaders, which are loaded
     # at every start-up: importlib.util would import 17 modules (collections, functools, ...)
     # that the preimports then share, and that could not be dropped again without leaving the
@@ -79,7 +80,9 @@ def _agentrl_zygote(core_path, preimports, preload):
         for name in list(sys.modules):
             if name not in allowed:
                 del sys.modules[name]
-    _agentrl_run(env, atexit)
+    global _agentrl_atexit
+    _agentrl_atexit = atexit
+    return _agentrl_run(env, own_env)
 
 def _agentrl_closed(names):
     # The modules to keep, with every ancestor package of each: a kept `collections.abc`
@@ -92,49 +95,136 @@ def _agentrl_closed(names):
             keep.add(name)
     return keep
 
-def _agentrl_run(env, atexit):
-    atexit._clear()
+def _agentrl_run(env, own_env):
+    # The state `python __main__.py` starts the program in, in /work: its arguments, its
+    # path, a fresh __main__ with what the interpreter puts there; then the compiled program
+    # (or the SyntaxError, reported as the interpreter does: no traceback).
+    _agentrl_atexit._clear()
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
+        _agentrl_start_env(dict(own_env))
     path = "/work/__main__.py"
     sys.argv = ["__main__.py"]
-    sys.path[0] = "/work"
+    sys.orig_argv = [sys.orig_argv[0], "__main__.py"]
+    if not sys.flags.safe_path:
+        sys.path.insert(0, "/work")
     main = type(sys)("__main__")
+    main.__loader__ = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", path)
+    main.__annotations__ = {}
+    main.__builtins__ = sys.modules["builtins"]
     main.__file__ = path
-    main.__builtins__ = __builtins__
+    main.__cached__ = None
     sys.modules["__main__"] = main
-    code = 0
     try:
         with open(path, "rb") as f:
             source = f.read()
-        exec(compile(source, path, "exec"), main.__dict__)
-    except SystemExit as e:
-        if e.code is None:
-            code = 0
-        elif isinstance(e.code, int):
-            code = e.code & 0xFF
+        code = compile(source, path, "exec", dont_inherit=True)
+    except BaseException as e:
+        e.__traceback__ = None
+        _agentrl_exit(e)
+    return main.__dict__, code
+
+def _agentrl_start_env(own):
+    # What the interpreter takes from PYTHON* variables at start-up, for those a run may set
+    # (the sandbox runs any other change of them cold, in a fresh interpreter).
+    get = os.environ.get
+    new = get("PYTHONPATH", "")
+    if new != own.get("PYTHONPATH", ""):
+        # As getpath and site build it: absolute, after sys.path[0], duplicates dropped.
+        seen = set()
+        entries = [os.path.abspath(p) for p in new.split(os.pathsep)] if new else []
+        sys.path[:] = [p for p in entries + sys.path if not (p in seen or seen.add(p))]
+    new = get("PYTHONWARNINGS", "")
+    if new != own.get("PYTHONWARNINGS", ""):
+        sys.warnoptions[:] = [o for o in new.split(",") if o]
+        if "warnings" in sys.modules:
+            sys.modules["warnings"]._processoptions(sys.warnoptions)
         else:
-            print(e.code, file=sys.stderr)
-            code = 1
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
+            import warnings
+    new = get("PYTHONUNBUFFERED", "")
+    if new and not own.get("PYTHONUNBUFFERED", ""):
+        io = sys.modules["io"]
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            old = getattr(sys, name)
+            raw = io.FileIO(fd, "wb", closefd=False)
+            raw.name = "<" + name + ">"
+            stream = io.TextIOWrapper(raw, old.encoding, old.errors, "\n", False, True)
+            stream.mode = "w"
+            setattr(sys, name, stream)
+            setattr(sys, "__" + name + "__", stream)
+    new = get("PYTHONPYCACHEPREFIX", "")
+    if new != own.get("PYTHONPYCACHEPREFIX", ""):
+        sys.pycache_prefix = new or None
+
+def _agentrl_exit(exc):
+    # The end of `python __main__.py`: the uncaught exception reported (without this
+    # bootstrap's frame), non-daemon threads joined, atexit handlers run, output flushed.
+    code = 0
+    if exc is not None:
+        tb = exc.__traceback__
+        if tb is not None and tb.tb_frame.f_globals is globals():
+            tb = exc.__traceback__ = tb.tb_next
+        code = _agentrl_report(exc, tb)
     threading = sys.modules.get("threading")
     if threading is not None and hasattr(threading, "_shutdown"):
         try:
             threading._shutdown()
         except BaseException:
             pass
-    atexit._run_exitfuncs()
+    _agentrl_atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:
             pass
+    if type(exc) is KeyboardInterrupt:
+        # As the interpreter does: the exit status says SIGINT killed it.
+        import _signal
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGINT)
+        code = 130
     os._exit(code)
 
-_agentrl_zygote(CORE_PATH, PREIMPORTS, PRELOAD)
+def _agentrl_report(exc, tb):
+    # PyErr_Print's sequence: SystemExit is an exit status (its code printed if not an
+    # int), anything else goes to sys.excepthook, with what it does when the hook fails.
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code & 0xFF
+        err = sys.stderr
+        if err is not None:
+            err.write(str(code))
+            err.write("\n")
+        return 1
+    kind = type(exc)
+    sys.last_type, sys.last_value, sys.last_traceback = kind, exc, tb
+    hook = getattr(sys, "excepthook", None)
+    if hook is None:
+        sys.stderr.write("sys.excepthook is missing\n")
+        sys.__excepthook__(kind, exc, tb)
+        return 1
+    try:
+        hook(kind, exc, tb)
+    except BaseException as e:
+        if isinstance(e, SystemExit):
+            return _agentrl_report(e, None)
+        t2 = e.__traceback__.tb_next
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(e), e, t2)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(kind, exc, tb)
+    return 1
+
+_agentrl_globals, _agentrl_code = _agentrl_zygote(CORE_PATH, PREIMPORTS, PRELOAD)
+try:
+    exec(_agentrl_code, _agentrl_globals)
+except BaseException as _agentrl_exc:
+    _agentrl_exit(_agentrl_exc)
+_agentrl_exit(None)
 """
 
 _MAX_SOURCE = 120_000
@@ -171,4 +261,4 @@ def bootstrap_argv(
     )
     if len(source.encode()) > _MAX_SOURCE:
         raise ValueError(f"preload: the warm interpreter's sources exceed {_MAX_SOURCE} bytes")
-    return [python, "-I", "-c", source]
+    return [python, "-c", source]

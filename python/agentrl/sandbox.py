@@ -280,6 +280,41 @@ def _python_files(
     return {**(files or {}), "__main__.py": source}
 
 
+def _python_argv(python: str) -> list[str]:
+    """The command of a cold ``run_python``: ``python __main__.py`` in /work, as a program is
+    run on the host (the environment honoured, /work first on ``sys.path``)."""
+    return [python, "__main__.py"]
+
+
+# What a fresh process reads of its environment when it starts, and a fork of the warm
+# interpreter therefore cannot take from the run's: a run that changes one of them runs cold.
+# The warm interpreter started with the sandbox's own environment, so only a change from that
+# counts. Of the interpreter's PYTHON* variables, a run may set those the bootstrap applies
+# itself (_warm.py's _agentrl_start_env), where the sandbox's environment leaves them unset,
+# and those read only later, when used.
+_WARM_EMULATED = frozenset(
+    {"PYTHONPATH", "PYTHONWARNINGS", "PYTHONUNBUFFERED", "PYTHONPYCACHEPREFIX"}
+)
+_READ_WHEN_USED = frozenset(
+    {"PYTHONBREAKPOINT", "PYTHONASYNCIODEBUG", "PYTHONSTARTUP", "PYTHONCASEOK"}
+)
+_READ_AT_START = frozenset({"LANG", "LC_ALL", "LC_CTYPE", "TZ", "GLIBC_TUNABLES"})
+_READ_AT_START_PREFIXES = ("PYTHON", "LD_", "MALLOC_")
+
+
+def _cold_because(base: Mapping[str, str], env: Sequence[tuple[str, str]]) -> str | None:
+    """The variable of a run's ``env`` that a warm run cannot honour (it would need a fresh
+    interpreter), or None."""
+    for k, v in env:
+        if base.get(k, "") == v or k in _READ_WHEN_USED:
+            continue
+        if k in _WARM_EMULATED and not base.get(k):
+            continue
+        if k in _READ_AT_START or k.startswith(_READ_AT_START_PREFIXES):
+            return k
+    return None
+
+
 _MAX_PASS_FDS = 8
 
 
@@ -395,6 +430,7 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         base_env.update(dict(_env_pairs("env", env)))
+        self._base_env = base_env
         self._python = layout.python
         self._preimports = tuple(preimports)
         if preload is not None and not isinstance(preload, Mapping):
@@ -499,7 +535,11 @@ class Sandbox:
         With ``warm=True`` (the default) the run is a fork of a warm interpreter that already
         sits inside the box's namespaces with ``preimports`` loaded: the same isolation,
         limits and verdict as :meth:`run`, at a fraction of the start-up cost. Otherwise it
-        starts ``python -I __main__.py``.
+        starts ``python __main__.py`` in /work, as a program is run on the host. A run whose
+        ``env`` changes what an interpreter reads only at start-up (``PYTHONHASHSEED``,
+        ``PYTHONOPTIMIZE``, ``LANG``, ...) runs cold, in a fresh interpreter; ``PYTHONPATH``,
+        ``PYTHONWARNINGS``, ``PYTHONUNBUFFERED`` and ``PYTHONPYCACHEPREFIX`` take effect in a
+        warm run too. Warm runs of one warm interpreter share its string hash seed.
 
         ``pass_fds`` (warm runs only, at most 8) are host file descriptors the run gets as its
         fds 3, 4, ... in order, for a channel of your own to the program (a pipe, a socket).
@@ -509,15 +549,31 @@ class Sandbox:
         """
         fds = _check_pass_fds(pass_fds, self._warm)
         return self.run(
-            [self._python, "-I", "__main__.py"],
+            _python_argv(self._python),
             stdin=stdin,
             files=_python_files(source, files),
             collect=collect,
             limits=limits,
             env=env,
-            _warm=self._warm,
+            _warm=self._warm_for(_env_pairs("env", env), bool(fds)),
             _pass_fds=fds,
         )
+
+    def _warm_for(self, env: Sequence[tuple[str, str]], pass_fds: bool) -> bool:
+        """Whether a ``run_python`` with ``env`` runs warm: not where ``env`` changes what
+        only a fresh interpreter can take from it (``PYTHONHASHSEED``, say), which a run with
+        ``pass_fds`` (warm only) cannot do."""
+        if not self._warm:
+            return False
+        name = _cold_because(self._base_env, env) if env else None
+        if name is None:
+            return True
+        if pass_fds:
+            raise ValueError(
+                f"env: {name} is read when an interpreter starts, so this run needs a fresh "
+                "one, and pass_fds needs a warm run: pass one or the other"
+            )
+        return False
 
     def session(
         self,
