@@ -20,7 +20,7 @@ __all__ = ["bootstrap_argv"]
 _SOURCE = r"""
 import os, sys
 # sys.path[0] of `-c` is the working directory ("/" here): nothing is imported from it.
-if not sys.flags.safe_path:
+if not getattr(sys.flags, "safe_path", False):
     del sys.path[0]
 
 def _agentrl_zygote(core_path, preimports, preload):
@@ -107,7 +107,7 @@ def _agentrl_run(env, own_env):
     path = "/work/__main__.py"
     sys.argv = ["__main__.py"]
     sys.orig_argv = [sys.orig_argv[0], "__main__.py"]
-    if not sys.flags.safe_path:
+    if not getattr(sys.flags, "safe_path", False):
         sys.path.insert(0, "/work")
     main = type(sys)("__main__")
     main.__loader__ = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", path)
@@ -116,13 +116,16 @@ def _agentrl_run(env, own_env):
     main.__file__ = path
     main.__cached__ = None
     sys.modules["__main__"] = main
+    error = None
     try:
         with open(path, "rb") as f:
             source = f.read()
         code = compile(source, path, "exec", dont_inherit=True)
     except BaseException as e:
-        e.__traceback__ = None
-        _agentrl_exit(e)
+        error = e.with_traceback(None)
+    if error is not None:
+        # Outside the handler: nothing is being handled while the interpreter reports it.
+        _agentrl_exit(error)
     return main.__dict__, code
 
 def _agentrl_start_env(own):
@@ -212,7 +215,8 @@ def _agentrl_report(exc, tb):
     except BaseException as e:
         if isinstance(e, SystemExit):
             return _agentrl_report(e, None)
-        t2 = e.__traceback__.tb_next
+        t2 = e.__traceback__ = e.__traceback__.tb_next
+        e.__context__ = None
         sys.stderr.write("Error in sys.excepthook:\n")
         sys.__excepthook__(type(e), e, t2)
         sys.stderr.write("\nOriginal exception was:\n")
@@ -220,11 +224,14 @@ def _agentrl_report(exc, tb):
     return 1
 
 _agentrl_globals, _agentrl_code = _agentrl_zygote(CORE_PATH, PREIMPORTS, PRELOAD)
+_agentrl_error = None
 try:
     exec(_agentrl_code, _agentrl_globals)
 except BaseException as _agentrl_exc:
-    _agentrl_exit(_agentrl_exc)
-_agentrl_exit(None)
+    _agentrl_error = _agentrl_exc
+# Outside the handler: nothing is being handled while the interpreter reports it and runs
+# the atexit handlers.
+_agentrl_exit(_agentrl_error)
 """
 
 _MAX_SOURCE = 120_000
