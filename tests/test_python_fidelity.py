@@ -17,10 +17,9 @@ import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import agentrl
 import pytest
-
 from agentrl import Sandbox, Status
-
 from conftest import why
 
 BOX_WORK = "/work"
@@ -34,7 +33,9 @@ def boxes() -> Iterator[dict[str, Sandbox]]:
 
 def _host_env(sb: Sandbox, work: Path, env: Mapping[str, str] | None) -> dict[str, str]:
     """The box's environment, as the host's interpreter in ``work`` gets it."""
-    out = dict(sb._base_env)
+    r = sb.run(["env", "-0"])
+    assert r.ok, why(r)
+    out = dict(e.split("=", 1) for e in r.stdout.decode().split("\0") if e)
     out["HOME"] = str(work)
     out["PATH"] = os.path.dirname(sys.executable) + ":/usr/local/bin:/usr/bin:/bin"
     out.update(env or {})
@@ -43,6 +44,8 @@ def _host_env(sb: Sandbox, work: Path, env: Mapping[str, str] | None) -> dict[st
 
 def _normalise(text: bytes, work: Path | None = None) -> str:
     s = text.decode(errors="replace")
+    # The dev venv's editable install of agentrl: on the host's sys.path, not in the box's.
+    s = s.replace(f", {os.path.dirname(os.path.dirname(agentrl.__file__))!r}", "")
     for prefix in sorted({sys.prefix, os.path.realpath(sys.prefix)}, key=len, reverse=True):
         s = s.replace(prefix, "VENV")
     s = re.sub(r"/\.agentrl/py/\d+", "VENV", s)
@@ -206,7 +209,11 @@ def test_bytecode_is_written_as_on_the_host(tmp_path: Path, boxes) -> None:
     """With the box's PYTHONDONTWRITEBYTECODE=1 no __pycache__; without it, one."""
     src = "import os, helper\nprint(sorted(os.listdir('.')))\n"
     files = {"helper.py": "X = 1\n"}
-    for env, want in (({}, "['__main__.py', 'helper.py']"), ({"PYTHONDONTWRITEBYTECODE": ""}, None)):
+    for env, want in (
+        ({}, "['__main__.py', 'helper.py']"),
+        ({"PYTHONDONTWRITEBYTECODE": ""}, None),
+    ):
+        (tmp_path / str(bool(env))).mkdir()
         host = host_run(tmp_path / str(bool(env)), boxes["cold"], src, files, env)
         if want is None:
             want = "['__main__.py', '__pycache__', 'helper.py']"
@@ -251,10 +258,22 @@ def test_the_program_sees_one_frame_below_its_own_when_warm(tmp_path: Path, boxe
 def test_a_start_up_variable_with_pass_fds_is_refused(boxes) -> None:
     r, w = os.pipe()
     try:
-        with pytest.raises(ValueError, match="PYTHONHASHSEED.*pass_fds"):
+        with pytest.raises(ValueError, match=r"PYTHONHASHSEED.*pass_fds"):
             boxes["warm"].run_python("pass", env={"PYTHONHASHSEED": "1"}, pass_fds=[w])
         ok = boxes["warm"].run_python("pass", env={"PYTHONPATH": "x"}, pass_fds=[w])
         assert ok.ok, why(ok)
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.parametrize("var", sorted(_ENVS))
+def test_only_start_up_variables_send_a_run_cold(boxes, var: str) -> None:
+    """A warm run's parent is its interpreter, outside its pid namespace (ppid 0); a cold
+    run's is the box's init."""
+    r = boxes["warm"].run_python("import os; print(os.getppid())", env=_ENVS[var])
+    assert r.ok, why(r)
+    emulated = var in ("PYTHONPATH", "PYTHONWARNINGS", "PYTHONUNBUFFERED", "PYTHONPYCACHEPREFIX")
+    assert r.stdout == (b"0\n" if emulated else b"1\n"), why(r)
+    same = boxes["warm"].run_python("import os; print(os.getppid())", env={"LANG": "C.UTF-8"})
+    assert same.stdout == b"0\n", "the sandbox's own value changes nothing: " + why(same)
