@@ -19,7 +19,7 @@ from pathlib import Path
 
 import agentrl
 import pytest
-from agentrl import Sandbox, Status
+from agentrl import Bind, Sandbox, Status
 from conftest import why
 
 BOX_WORK = "/work"
@@ -277,3 +277,22 @@ def test_only_start_up_variables_send_a_run_cold(boxes, var: str) -> None:
     assert r.stdout == (b"0\n" if emulated else b"1\n"), why(r)
     same = boxes["warm"].run_python("import os; print(os.getppid())", env={"LANG": "C.UTF-8"})
     assert same.stdout == b"0\n", "the sandbox's own value changes nothing: " + why(same)
+
+
+def test_the_warm_interpreter_never_loads_code_from_a_writable_bind(tmp_path: Path) -> None:
+    """PYTHONPATH of the sandbox's env reaches the warm interpreter at its start (as the
+    host's would): a writable bind on it would let a run plant a sitecustomize.py that the
+    next warm interpreter runs with more than a run has."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    bind = Bind(str(shared), "/shared", writable=True)
+    for env in ({"PYTHONPATH": "/shared"}, {"PYTHONPATH": "/x:/shared/lib"}, {"PYTHONHOME": "/"}):
+        with pytest.raises(ValueError, match="writable bind /shared"):
+            Sandbox(binds=[bind], env=env)
+    with Sandbox(binds=[bind], env={"PYTHONPATH": "/shared"}, warm=False) as cold:
+        (shared / "helper.py").write_text("X = 7\n")
+        r = cold.run_python("import helper; print(helper.X)")
+        assert r.stdout == b"7\n", why(r)
+    with Sandbox(binds=[Bind(str(shared), "/shared")], env={"PYTHONPATH": "/shared"}) as warm:
+        r = warm.run_python("import helper; print(helper.X)")
+        assert r.stdout == b"7\n", why(r)

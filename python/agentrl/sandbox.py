@@ -302,6 +302,33 @@ _READ_AT_START = frozenset({"LANG", "LC_ALL", "LC_CTYPE", "TZ", "GLIBC_TUNABLES"
 _READ_AT_START_PREFIXES = ("PYTHON", "LD_", "MALLOC_")
 
 
+# The variables that make an interpreter read code from a path when it starts (site's
+# sitecustomize, the preimports, their cached bytecode).
+_CODE_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX")
+
+
+def _check_warm_env(env: Mapping[str, str], writable: Sequence[str]) -> None:
+    """Refuses an environment whose interpreter would load code from a writable bind: the warm
+    interpreter starts with it, and runs its bootstrap as root of its user namespace without
+    seccomp, so code a run left there would run with more than the run has. (Its own /work
+    and /tmp are empty tmpfs that no run can reach.)"""
+
+    def within(a: str, b: str) -> bool:
+        return a == b or a.startswith(b.rstrip("/") + "/")
+
+    for name in _CODE_PATH_VARS:
+        for entry in filter(None, env.get(name, "").split(os.pathsep)):
+            path = os.path.normpath(os.path.join("/", entry))
+            for w in writable:
+                w = os.path.normpath(w)
+                if within(path, w) or within(w, path):
+                    raise ValueError(
+                        f"env: {name} reaches the writable bind {w}: the warm interpreter "
+                        "would load code that runs can change (use a read-only bind, or "
+                        "warm=False)"
+                    )
+
+
 def _cold_because(base: Mapping[str, str], env: Sequence[tuple[str, str]]) -> str | None:
     """The variable of a run's ``env`` that a warm run cannot honour (it would need a fresh
     interpreter), or None."""
@@ -436,9 +463,11 @@ class Sandbox:
         if preload is not None and not isinstance(preload, Mapping):
             raise TypeError("preload must be a mapping of module name to source text")
         self._preload = tuple((preload or {}).items())
+        bind_list = [*layout.binds, *(_bind_tuple(b) for b in binds)]
         warm_cfg = None
         if warm:
             _check_warm_interpreter(host_python)
+            _check_warm_env(base_env, [dst for _, dst, rw in bind_list if rw])
             argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports, self._preload)
             warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
         self._warm = warm
@@ -446,7 +475,7 @@ class Sandbox:
             limits._as_tuple(),
             self._network,
             layout.system_paths,
-            [*layout.binds, *(_bind_tuple(b) for b in binds)],
+            bind_list,
             list(base_env.items()),
             max_concurrency,
             degraded,
