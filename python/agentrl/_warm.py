@@ -18,71 +18,11 @@ import json
 __all__ = ["bootstrap_argv"]
 
 _SOURCE = r"""
+# _agentrl_zygote (what the tests find the warm interpreters on the host by)
 import os, sys
 # sys.path[0] of `-c` is the working directory ("/" here): nothing is imported from it.
 if not getattr(sys.flags, "safe_path", False):
     del sys.path[0]
-
-def _agentrl_zygote(core_path, preimports, preload):
-    # The extension is loaded with the import system's own frozen loaders, which are loaded
-    # at every start-up: importlib.util would import 17 modules (collections, functools, ...)
-    # that the preimports then share, and that could not be dropped again without leaving the
-    # run a state no fresh interpreter has (typing holding one collections, the run another).
-    bootstrap = sys.modules["_frozen_importlib"]
-    loader = sys.modules["_frozen_importlib_external"].ExtensionFileLoader("_core", core_path)
-    core = bootstrap.module_from_spec(bootstrap.spec_from_loader("_core", loader))
-    loader.exec_module(core)
-    for name in preimports:
-        __import__(name)
-    for name, text in preload:
-        mod = type(sys)(name)
-        mod.__file__ = "<agentrl-preload:" + name + ">"
-        sys.modules[name] = mod
-        exec(compile(text, mod.__file__, "exec"), mod.__dict__)
-    allowed = _agentrl_closed(sys.modules)
-    import atexit, gc
-    core._zygote_init()
-    # Warm what every run would otherwise build afresh in its own copy of the heap: the
-    # compiler's AST types (made on the first compile()).
-    compile("pass", "<warm>", "exec")
-    # Modules of the bootstrap itself leave sys.modules here, once, rather than in every
-    # run (the references above keep them alive).
-    for name in list(sys.modules):
-        if name not in allowed:
-            del sys.modules[name]
-    clean = len(sys.modules)
-    own_env = list(os.environ.items())
-    # threading's after-fork hook rebuilds its bookkeeping for the threads a fork left
-    # behind. This interpreter forks while single-threaded, where the child's copy is already
-    # right: the hook is skipped then (it would copy ~100 pages of this heap into every run)
-    # and restored in the run, for forks of the run's own.
-    threading = sys.modules.get("threading")
-    after_fork = getattr(threading, "_after_fork", None)
-    after_fork_code = getattr(after_fork, "__code__", None)
-    if after_fork_code is not None and threading.active_count() == 1:
-        after_fork.__code__ = (lambda: None).__code__
-    ctl = 3
-    # Last: the supervisor takes what this interpreter holds now as the baseline that each
-    # run's memory is counted above.
-    core._zygote_trim()
-    core._zygote_send(ctl, b"R", [])
-    # The request loop is in Rust (each line of Python here would copy pages into every
-    # run): it returns only in a run, set up, with the environment to install (None: this
-    # one's). Before each fork it flushes the output (not to be written again by the run)
-    # and freezes the heap: a collection in a run would touch, and so copy, every page of it.
-    try:
-        env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze], own_env)
-    except EOFError:
-        os._exit(0)
-    if after_fork_code is not None:
-        after_fork.__code__ = after_fork_code
-    if len(sys.modules) != clean:
-        for name in list(sys.modules):
-            if name not in allowed:
-                del sys.modules[name]
-    global _agentrl_atexit
-    _agentrl_atexit = atexit
-    return _agentrl_run(env, own_env)
 
 def _agentrl_closed(names):
     # The modules to keep, with every ancestor package of each: a kept `collections.abc`
@@ -99,7 +39,7 @@ def _agentrl_run(env, own_env):
     # The state `python __main__.py` starts the program in, in /work: its arguments, its
     # path, a fresh __main__ with what the interpreter puts there; then the compiled program
     # (or the SyntaxError, reported as the interpreter does: no traceback).
-    _agentrl_atexit._clear()
+    atexit._clear()
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
@@ -175,7 +115,7 @@ def _agentrl_exit(exc):
             threading._shutdown()
         except BaseException:
             pass
-    _agentrl_atexit._run_exitfuncs()
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -223,7 +163,65 @@ def _agentrl_report(exc, tb):
         sys.__excepthook__(kind, exc, tb)
     return 1
 
-_agentrl_globals, _agentrl_code = _agentrl_zygote(CORE_PATH, PREIMPORTS, PRELOAD)
+# The warm interpreter, at module level: nothing here is ever freed, so a run (which
+# returns from the request loop to here) writes none of it, and so copies none of its pages.
+# The extension is loaded with the import system's own frozen loaders, which are loaded
+# at every start-up: importlib.util would import 17 modules (collections, functools, ...)
+# that the preimports then share, and that could not be dropped again without leaving the
+# run a state no fresh interpreter has (typing holding one collections, the run another).
+bootstrap = sys.modules["_frozen_importlib"]
+loader = sys.modules["_frozen_importlib_external"].ExtensionFileLoader("_core", CORE_PATH)
+core = bootstrap.module_from_spec(bootstrap.spec_from_loader("_core", loader))
+loader.exec_module(core)
+for name in PREIMPORTS:
+    __import__(name)
+for name, text in PRELOAD:
+    mod = type(sys)(name)
+    mod.__file__ = "<agentrl-preload:" + name + ">"
+    sys.modules[name] = mod
+    exec(compile(text, mod.__file__, "exec"), mod.__dict__)
+allowed = _agentrl_closed(sys.modules)
+import atexit, gc
+core._zygote_init()
+# Warm what every run would otherwise build afresh in its own copy of the heap: the
+# compiler's AST types (made on the first compile()).
+compile("pass", "<warm>", "exec")
+# Modules of the bootstrap itself leave sys.modules here, once, rather than in every
+# run (the references above keep them alive).
+for name in list(sys.modules):
+    if name not in allowed:
+        del sys.modules[name]
+clean = len(sys.modules)
+own_env = list(os.environ.items())
+# threading's after-fork hook rebuilds its bookkeeping for the threads a fork left
+# behind. This interpreter forks while single-threaded, where the child's copy is already
+# right: the hook is skipped then (it would copy ~100 pages of this heap into every run)
+# and restored in the run, for forks of the run's own.
+threading = sys.modules.get("threading")
+after_fork = getattr(threading, "_after_fork", None)
+after_fork_code = getattr(after_fork, "__code__", None)
+if after_fork_code is not None and threading.active_count() == 1:
+    after_fork.__code__ = (lambda: None).__code__
+ctl = 3
+# Last: the supervisor takes what this interpreter holds now as the baseline that each
+# run's memory is counted above.
+core._zygote_trim()
+core._zygote_send(ctl, b"R", [])
+# The request loop is in Rust (each line of Python here would copy pages into every
+# run): it returns only in a run, set up, with the environment to install (None: this
+# one's). Before each fork it flushes the output (not to be written again by the run)
+# and freezes the heap: a collection in a run would touch, and so copy, every page of it.
+try:
+    env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze], own_env)
+except EOFError:
+    os._exit(0)
+if after_fork_code is not None:
+    after_fork.__code__ = after_fork_code
+if len(sys.modules) != clean:
+    for name in list(sys.modules):
+        if name not in allowed:
+            del sys.modules[name]
+_agentrl_globals, _agentrl_code = _agentrl_run(env, own_env)
 _agentrl_error = None
 try:
     exec(_agentrl_code, _agentrl_globals)
