@@ -1,14 +1,26 @@
 """The warm interpreter's bootstrap (the "zygote" of the warm-Python fast path).
 
-It runs inside a box, started once per slot as ``python -I -c BOOTSTRAP``, as root of its
-own user namespace (an unprivileged host uid). It loads agentrl's extension module from
+It runs inside a box, started once per slot as ``python -c BOOTSTRAP`` with the sandbox's
+own environment (so ``sys.flags`` and all start-up state are what ``python __main__.py`` gets
+from that environment; the sandbox refuses one whose code paths reach a writable bind), as
+root of its own user namespace (an unprivileged host uid). It loads agentrl's extension module from
 where the sandbox bound it, imports the configured modules, and then serves requests on
 fd 3 in a loop written in Rust (``_zygote_serve``): for each one it starts a new pid namespace
 with a tiny init as pid 1 and forks a child into it as pid 2; the child isolates itself (new
 mount namespace, fresh tmpfs, its own ``/proc``, the box user, no capabilities,
 ``no_new_privs``, seccomp, every fd but 0/1/2 closed), returns from the loop and runs
-``/work/__main__.py`` as a new interpreter would, while the interpreter reports the pidfds
-and, later, the exit status.
+``/work/__main__.py`` as ``python __main__.py`` would, while the interpreter reports the
+pidfds and, later, the exit status.
+
+The run matches a cold run (and the host) in ``sys.argv``, ``sys.orig_argv``,
+``/proc/self/cmdline`` and ``environ`` (set by the request loop), ``comm``, ``sys.path``,
+``__main__``'s namespace, what it prints for an uncaught exception or a SyntaxError and its
+exit status (SIGINT for an uncaught KeyboardInterrupt). The PYTHON* variables of a run's
+``env`` that a fork can apply are applied here (``_agentrl_start_env``); a run that changes
+any other start-up state runs cold (``sandbox._cold_because``). What a fork cannot change:
+the string hash seed (one per warm interpreter, shared by its runs) and one frame of this
+bootstrap below the program's module frame (``sys._getframe().f_back``, ``inspect.stack()``,
+``traceback.print_stack()``, one frame less of recursion depth).
 """
 
 from __future__ import annotations

@@ -1182,6 +1182,20 @@ mod tests {
     }
 
     #[test]
+    fn the_shown_arguments_are_the_interpreters_first_and_main() {
+        let shown = ShownArgs::new();
+        let map = shown
+            .map
+            .expect("this process's /proc/self/stat is readable");
+        assert!(map.start_code < map.end_code && map.arg_start < map.arg_end);
+        assert!(map.env_start <= map.env_end && map.exe_fd == u32::MAX);
+        let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
+        let argv0 = cmdline.split(|&b| b == 0).next().unwrap();
+        assert_eq!(shown.args, [argv0, b"\0__main__.py\0"].concat());
+        assert!(ShownArgs::parse_stat("1 (a) S").is_none());
+    }
+
+    #[test]
     fn malformed_requests_are_refused() {
         let own = encode_env(std::iter::empty());
         let full = request(&["A=1"]);
