@@ -61,12 +61,7 @@ def _agentrl_run(env, own_env):
     sys.orig_argv = [sys.orig_argv[0], "__main__.py"]
     if not getattr(sys.flags, "safe_path", False):
         sys.path.insert(0, "/work")
-    main = type(sys)("__main__")
-    main.__loader__ = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", path)
-    main.__annotations__ = {}
-    main.__builtins__ = sys.modules["builtins"]
-    main.__file__ = path
-    main.__cached__ = None
+    main = _agentrl_run_state(type(sys)("__main__"))
     sys.modules["__main__"] = main
     error = None
     try:
@@ -79,6 +74,17 @@ def _agentrl_run(env, own_env):
         # Outside the handler: nothing is being handled while the interpreter reports it.
         _agentrl_exit(error)
     return main.__dict__, code
+
+def _agentrl_run_state(main):
+    # __main__ as the interpreter makes it for a file (called once in the warm interpreter
+    # too, so that a run finds the code it runs here warmed up).
+    path = "/work/__main__.py"
+    main.__loader__ = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", path)
+    main.__annotations__ = {}
+    main.__builtins__ = sys.modules["builtins"]
+    main.__file__ = path
+    main.__cached__ = None
+    return main
 
 def _agentrl_start_env(own):
     # What the interpreter takes from PYTHON* variables at start-up, for those a run may set
@@ -197,7 +203,8 @@ import atexit, gc
 core._zygote_init()
 # Warm what every run would otherwise build afresh in its own copy of the heap: the
 # compiler's AST types (made on the first compile()).
-compile("pass", "<warm>", "exec")
+compile("pass", "<warm>", "exec", dont_inherit=True)
+_agentrl_run_state(type(sys)("__main__"))
 # Modules of the bootstrap itself leave sys.modules here, once, rather than in every
 # run (the references above keep them alive).
 for name in list(sys.modules):
