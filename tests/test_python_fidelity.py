@@ -296,3 +296,12 @@ def test_the_warm_interpreter_never_loads_code_from_a_writable_bind(tmp_path: Pa
     with Sandbox(binds=[Bind(str(shared), "/shared")], env={"PYTHONPATH": "/shared"}) as warm:
         r = warm.run_python("import helper; print(helper.X)")
         assert r.stdout == b"7\n", why(r)
+
+
+def test_proc_self_environ_is_the_runs_environment(boxes) -> None:
+    src = "print(sorted(open('/proc/self/environ', 'rb').read().split(b'\\0')))"
+    for env in (None, {"EXTRA": "1", "PYTHONPATH": "lib"}):
+        got = {path: sb.run_python(src, env=env) for path, sb in boxes.items()}
+        assert all(r.ok for r in got.values()), got
+        assert got["warm"].stdout == got["cold"].stdout, (got["warm"].stdout, got["cold"].stdout)
+        assert (b"EXTRA=1" in got["warm"].stdout) == (env is not None)

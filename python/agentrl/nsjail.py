@@ -1155,7 +1155,7 @@ class NsjailSandbox(Sandbox):
     ``Sandbox(..., backend="nsjail")`` makes one.
 
     Arguments are those of :class:`agentrl.Sandbox`; ``warm`` and ``preimports`` are accepted
-    and ignored (nsjail has no warm interpreter: every ``run_python`` starts ``python -I``);
+    and ignored (nsjail has no warm interpreter: every ``run_python`` starts ``python __main__.py``);
     ``preload`` needs a warm interpreter and is refused. ``nsjail`` overrides the binary (default: :func:`find_nsjail`).
     """
 
