@@ -123,6 +123,8 @@ _PROGRAMS = {
     "last-value": (
         "import atexit, sys\natexit.register(lambda: print(repr(sys.last_value)))\nraise OSError(5)\n"
     ),
+    "stdout-flush-fails": "import os, sys\nprint('x', end='')\nos.close(1)\nsys.exit(3)\n",
+    "stdout-closed": "import sys\nprint('x')\nsys.stdout.close()\n",
     "syntax-error": "x = (\n",
     "indentation-error": "if True:\nprint(1)\n",
     "tab-error": "if True:\n        a = 1\n\tb = 2\n",

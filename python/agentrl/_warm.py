@@ -134,11 +134,20 @@ def _agentrl_exit(exc):
         except BaseException:
             pass
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
+    # Py_FinalizeEx: an error flushing stdout is reported as unraisable and the exit status
+    # becomes 120; one flushing stderr is ignored.
+    out = sys.stdout
+    if out is not None and not getattr(out, "closed", False):
         try:
-            stream.flush()
-        except BaseException:
-            pass
+            out.flush()
+        except BaseException as e:
+            sys.stderr.write("Exception ignored in: " + repr(out) + "\n")
+            sys.__excepthook__(type(e), e.with_traceback(None), None)
+            code = 120
+    try:
+        sys.stderr.flush()
+    except BaseException:
+        pass
     if type(exc) is KeyboardInterrupt:
         # As the interpreter does: the exit status says SIGINT killed it.
         import _signal
