@@ -121,6 +121,7 @@ from agentrl.sandbox import (
     _check_pass_fds,
     _env_pairs,
     _interpreter_paths,
+    _python_argv,
     _python_files,
     _run_args,
 )
@@ -1208,7 +1209,7 @@ class NsjailSandbox(Sandbox):
     ``Sandbox(..., backend="nsjail")`` makes one.
 
     Arguments are those of :class:`agentrl.Sandbox`; ``warm`` and ``preimports`` are accepted
-    and ignored (nsjail has no warm interpreter: every ``run_python`` starts ``python -I``);
+    and ignored (nsjail has no warm interpreter: every ``run_python`` starts ``python __main__.py``);
     ``preload`` needs a warm interpreter and is refused. ``nsjail`` overrides the binary (default: :func:`find_nsjail`).
     """
 
@@ -1508,13 +1509,13 @@ class NsjailSandbox(Sandbox):
         env: Mapping[str, str] | None = None,
         pass_fds: Sequence[int] = (),
     ) -> ExecResult:
-        """Runs Python ``source`` as ``/work/__main__.py`` (``python -I __main__.py``).
+        """Runs Python ``source`` as ``/work/__main__.py`` (``python __main__.py`` in /work).
         ``pass_fds`` needs the native backend's warm interpreters: any fd is refused."""
         if _check_pass_fds(pass_fds):
             raise ValueError("pass_fds needs the native backend (warm runs)")
         all_files = _python_files(source, files)
         return self.run(
-            [self._python, "-I", "__main__.py"],
+            _python_argv(self._python),
             stdin=stdin,
             files=all_files,
             collect=collect,

@@ -34,6 +34,7 @@ from agentrl.sandbox import (
     _check_pass_fds,
     _env_pairs,
     _file_list,
+    _python_argv,
     _python_files,
     _relocate_argv0,
     _run_args,
@@ -164,19 +165,22 @@ class SandboxPool(_JobPool):
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         files = kw.get("files")
+        env = _env_pairs("env", kw.get("env"))
         warm = False
         if python:
             files = _python_files(argv, files)
-            argv = [self._sandbox.python, "-I", "__main__.py"]
-            warm = self._sandbox.warm
+            argv = _python_argv(self._sandbox.python)
+            fds = _check_pass_fds(kw.get("pass_fds", ()), self._sandbox.warm)
+            warm = self._sandbox._warm_for(env, bool(fds))
+        else:
+            fds = _check_pass_fds(kw.get("pass_fds", ()), False)
+        fds = list(fds)
         limits = kw.get("limits") or self._limits
         cwd = kw.get("cwd")
         args, data, names = _run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
         _relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
         sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
         lt = None if limits is None else limits._as_tuple()
-        env = _env_pairs("env", kw.get("env"))
-        fds = list(_check_pass_fds(kw.get("pass_fds", ()), warm))
         return (args, data, _file_list(files), names, lt, cwd, env, warm, *sched, fds)
 
     def _job(self, job: Any, common: Mapping[str, Any]) -> tuple:

@@ -290,6 +290,68 @@ def _python_files(
     return {**(files or {}), "__main__.py": source}
 
 
+def _python_argv(python: str) -> list[str]:
+    """The command of a cold ``run_python``: ``python __main__.py`` in /work, as a program is
+    run on the host (the environment honoured, /work first on ``sys.path``)."""
+    return [python, "__main__.py"]
+
+
+# What a fresh process reads of its environment when it starts, and a fork of the warm
+# interpreter therefore cannot take from the run's: a run that changes one of them runs cold.
+# The warm interpreter started with the sandbox's own environment, so only a change from that
+# counts. Of the interpreter's PYTHON* variables, a run may set those the bootstrap applies
+# itself (_warm.py's _agentrl_start_env), where the sandbox's environment leaves them unset,
+# and those read only later, when used.
+_WARM_EMULATED = frozenset(
+    {"PYTHONPATH", "PYTHONWARNINGS", "PYTHONUNBUFFERED", "PYTHONPYCACHEPREFIX"}
+)
+_READ_WHEN_USED = frozenset(
+    {"PYTHONBREAKPOINT", "PYTHONASYNCIODEBUG", "PYTHONSTARTUP", "PYTHONCASEOK"}
+)
+_READ_AT_START = frozenset({"LANG", "LC_ALL", "LC_CTYPE", "TZ", "GLIBC_TUNABLES"})
+_READ_AT_START_PREFIXES = ("PYTHON", "LD_", "MALLOC_")
+
+
+# The variables that make an interpreter read code from a path when it starts (site's
+# sitecustomize, the preimports, their cached bytecode).
+_CODE_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX")
+
+
+def _check_warm_env(env: Mapping[str, str], writable: Sequence[str]) -> None:
+    """Refuses an environment whose interpreter would load code from a writable bind: the warm
+    interpreter starts with it, and runs its bootstrap as root of its user namespace without
+    seccomp, so code a run left there would run with more than the run has. (Its own /work
+    and /tmp are empty tmpfs that no run can reach.)"""
+
+    def within(a: str, b: str) -> bool:
+        return a == b or a.startswith(b.rstrip("/") + "/")
+
+    for name in _CODE_PATH_VARS:
+        for entry in filter(None, env.get(name, "").split(os.pathsep)):
+            path = os.path.normpath(os.path.join("/", entry))
+            for w in writable:
+                w = os.path.normpath(w)
+                if within(path, w) or within(w, path):
+                    raise ValueError(
+                        f"env: {name} reaches the writable bind {w}: the warm interpreter "
+                        "would load code that runs can change (use a read-only bind, or "
+                        "warm=False)"
+                    )
+
+
+def _cold_because(base: Mapping[str, str], env: Sequence[tuple[str, str]]) -> str | None:
+    """The variable of a run's ``env`` that a warm run cannot honour (it would need a fresh
+    interpreter), or None."""
+    for k, v in env:
+        if base.get(k, "") == v or k in _READ_WHEN_USED:
+            continue
+        if k in _WARM_EMULATED and not base.get(k):
+            continue
+        if k in _READ_AT_START or k.startswith(_READ_AT_START_PREFIXES):
+            return k
+    return None
+
+
 _MAX_PASS_FDS = 8
 
 
@@ -405,15 +467,18 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         base_env.update(dict(_env_pairs("env", env)))
+        self._base_env = base_env
         self._python = layout.python
         self._relocated = tuple(layout.binds)
         self._preimports = tuple(preimports)
         if preload is not None and not isinstance(preload, Mapping):
             raise TypeError("preload must be a mapping of module name to source text")
         self._preload = tuple((preload or {}).items())
+        bind_list = [*layout.binds, *(_bind_tuple(b) for b in binds)]
         warm_cfg = None
         if warm:
             _check_warm_interpreter(host_python)
+            _check_warm_env(base_env, [dst for _, dst, rw in bind_list if rw])
             argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports, self._preload)
             warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
         self._warm = warm
@@ -421,7 +486,7 @@ class Sandbox:
             limits._as_tuple(),
             self._network,
             layout.system_paths,
-            [*layout.binds, *(_bind_tuple(b) for b in binds)],
+            bind_list,
             list(base_env.items()),
             max_concurrency,
             degraded,
@@ -511,7 +576,11 @@ class Sandbox:
         With ``warm=True`` (the default) the run is a fork of a warm interpreter that already
         sits inside the box's namespaces with ``preimports`` loaded: the same isolation,
         limits and verdict as :meth:`run`, at a fraction of the start-up cost. Otherwise it
-        starts ``python -I __main__.py``.
+        starts ``python __main__.py`` in /work, as a program is run on the host. A run whose
+        ``env`` changes what an interpreter reads only at start-up (``PYTHONHASHSEED``,
+        ``PYTHONOPTIMIZE``, ``LANG``, ...) runs cold, in a fresh interpreter; ``PYTHONPATH``,
+        ``PYTHONWARNINGS``, ``PYTHONUNBUFFERED`` and ``PYTHONPYCACHEPREFIX`` take effect in a
+        warm run too. Warm runs of one warm interpreter share its string hash seed.
 
         ``pass_fds`` (warm runs only, at most 8) are host file descriptors the run gets as its
         fds 3, 4, ... in order, for a channel of your own to the program (a pipe, a socket).
@@ -521,15 +590,31 @@ class Sandbox:
         """
         fds = _check_pass_fds(pass_fds, self._warm)
         return self.run(
-            [self._python, "-I", "__main__.py"],
+            _python_argv(self._python),
             stdin=stdin,
             files=_python_files(source, files),
             collect=collect,
             limits=limits,
             env=env,
-            _warm=self._warm,
+            _warm=self._warm_for(_env_pairs("env", env), bool(fds)),
             _pass_fds=fds,
         )
+
+    def _warm_for(self, env: Sequence[tuple[str, str]], pass_fds: bool) -> bool:
+        """Whether a ``run_python`` with ``env`` runs warm: not where ``env`` changes what
+        only a fresh interpreter can take from it (``PYTHONHASHSEED``, say), which a run with
+        ``pass_fds`` (warm only) cannot do."""
+        if not self._warm:
+            return False
+        name = _cold_because(self._base_env, env) if env else None
+        if name is None:
+            return True
+        if pass_fds:
+            raise ValueError(
+                f"env: {name} is read when an interpreter starts, so this run needs a fresh "
+                "one, and pass_fds needs a warm run: pass one or the other"
+            )
+        return False
 
     def session(
         self,

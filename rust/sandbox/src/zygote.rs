@@ -506,13 +506,14 @@ pub trait Interpreter {
 /// as pid 2, sends the supervisor the run's and the init's pidfds and then reports the run's
 /// exit ([`report_exit`]). It returns in the run, once set up ([`child_setup`]), with the
 /// environment to install (`None` for `own_env`, the interpreter's own as [`encode_env`]
-/// writes it); in the interpreter only at end of file (`Ok(None)`) or when the control
-/// socket fails.
+/// writes it), its `/proc/self/cmdline` reading `<interpreter> __main__.py` ([`ShownArgs`]);
+/// in the interpreter only at end of file (`Ok(None)`) or when the control socket fails.
 pub fn serve(
     ctl: std::os::fd::BorrowedFd<'_>,
     interp: &mut impl Interpreter,
     own_env: &[u8],
 ) -> std::io::Result<Option<Option<Env>>> {
+    let shown = ShownArgs::new();
     // Whether the interpreter's IPC namespace is one no run has had yet (see
     // `unshare_ipc`): made between runs, off the path of any run, and only remade on a
     // request's path if that failed.
@@ -553,7 +554,9 @@ pub fn serve(
         };
         if pid == 0 {
             drop(init_fd);
-            return Ok(Some(child_setup(&payload, &fds, own_env)));
+            let env = child_setup(&payload, &fds, own_env);
+            shown.install(env.as_ref());
+            return Ok(Some(env));
         }
         // This run (and its init) have the namespace now: the next run gets another.
         fresh_ipc = false;
@@ -574,6 +577,116 @@ pub fn serve(
         drop((pidfd, init_fd));
         sent?;
         interp.blocking(|| report_exit(ctl, pid, init_pid))?;
+    }
+}
+
+/// The kernel's `struct prctl_mm_map` (`PR_SET_MM_MAP`): the addresses `/proc/PID/stat`,
+/// `cmdline` and `environ` are read from.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MmMap {
+    start_code: u64,
+    end_code: u64,
+    start_data: u64,
+    end_data: u64,
+    start_brk: u64,
+    brk: u64,
+    start_stack: u64,
+    arg_start: u64,
+    arg_end: u64,
+    env_start: u64,
+    env_end: u64,
+    auxv: u64,
+    auxv_size: u32,
+    exe_fd: u32,
+}
+
+/// What a run's `/proc/self/cmdline` and `/proc/self/environ` show: `<interpreter>
+/// __main__.py` and the run's environment, as for a cold `python __main__.py`, rather than
+/// the warm interpreter's bootstrap command and its own start-up environment. Made once per
+/// interpreter (the argument block lives, leaked, in the heap every run inherits); installed
+/// in each run with `PR_SET_MM_MAP`, which needs no privilege when it leaves the executable
+/// alone. Where that fails (a kernel without `CONFIG_CHECKPOINT_RESTORE`, a data limit below
+/// the heap) the run keeps the interpreter's.
+struct ShownArgs {
+    /// The interpreter's memory layout, from `/proc/self/stat` (`None`: unreadable).
+    map: Option<MmMap>,
+    /// `argv[0]`, NUL, `__main__.py`, NUL.
+    args: &'static [u8],
+}
+
+impl ShownArgs {
+    fn new() -> Self {
+        let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+        let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+        let mut args = argv0.to_vec();
+        args.extend_from_slice(b"\0__main__.py\0");
+        let map = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| Self::parse_stat(&s));
+        Self {
+            map,
+            args: Vec::leak(args),
+        }
+    }
+
+    /// The fields of `/proc/self/stat` that `PR_SET_MM_MAP` sets (all but `brk`, which moves).
+    fn parse_stat(stat: &str) -> Option<MmMap> {
+        // Fields from the third on, after the command name in parentheses.
+        let rest = stat.get(stat.rfind(')')? + 2..)?;
+        let f: Vec<u64> = rest
+            .split(' ')
+            .map(|x| x.trim().parse().unwrap_or(0))
+            .collect();
+        let field = |n: usize| f.get(n - 3).copied().filter(|&v| v != 0);
+        Some(MmMap {
+            start_code: field(26)?,
+            end_code: field(27)?,
+            start_stack: field(28)?,
+            start_data: field(45)?,
+            end_data: field(46)?,
+            start_brk: field(47)?,
+            arg_start: field(48)?,
+            arg_end: field(49)?,
+            env_start: field(50)?,
+            env_end: field(51)?,
+            exe_fd: u32::MAX,
+            ..MmMap::default()
+        })
+    }
+
+    /// In the run: points the argument block at `args` and, when the run's environment is not
+    /// the interpreter's (`env`), the environment block at a copy of it. Best effort.
+    fn install(&self, env: Option<&Env>) {
+        let Some(mut map) = self.map else { return };
+        map.arg_start = self.args.as_ptr() as u64;
+        map.arg_end = map.arg_start + self.args.len() as u64;
+        if let Some(env) = env {
+            let mut block = Vec::new();
+            for (k, v) in env {
+                block.extend_from_slice(k.as_bytes());
+                block.push(b'=');
+                block.extend_from_slice(v.as_bytes());
+                block.push(0);
+            }
+            if !block.is_empty() {
+                let block = Vec::leak(block);
+                map.env_start = block.as_ptr() as u64;
+                map.env_end = map.env_start + block.len() as u64;
+            }
+        }
+        // SAFETY: brk(0) only reads the current break; prctl reads `map`, a valid struct of
+        // the size given, and changes only what /proc reports of this process.
+        unsafe {
+            map.brk = libc::syscall(libc::SYS_brk, 0usize) as u64;
+            libc::prctl(
+                libc::PR_SET_MM,
+                libc::PR_SET_MM_MAP as libc::c_ulong,
+                &map as *const MmMap as libc::c_ulong,
+                std::mem::size_of::<MmMap>() as libc::c_ulong,
+                0 as libc::c_ulong,
+            );
+        }
     }
 }
 
@@ -1267,6 +1380,20 @@ mod tests {
         let other = decode(&request(&["B=2", "A=1"]), &own).unwrap();
         assert_eq!(other.env.unwrap().len(), 2);
         assert_eq!(decode(&request(&[]), &own).unwrap().env.unwrap(), []);
+    }
+
+    #[test]
+    fn the_shown_arguments_are_the_interpreters_first_and_main() {
+        let shown = ShownArgs::new();
+        let map = shown
+            .map
+            .expect("this process's /proc/self/stat is readable");
+        assert!(map.start_code < map.end_code && map.arg_start < map.arg_end);
+        assert!(map.env_start <= map.env_end && map.exe_fd == u32::MAX);
+        let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
+        let argv0 = cmdline.split(|&b| b == 0).next().unwrap();
+        assert_eq!(shown.args, [argv0, b"\0__main__.py\0"].concat());
+        assert!(ShownArgs::parse_stat("1 (a) S").is_none());
     }
 
     #[test]
