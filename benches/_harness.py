@@ -416,7 +416,7 @@ def summary_lines(results: dict[str, dict[str, float]]) -> list[str]:
                     txt += f"   agentrl / {who} = {ratio(s, a):.2f}x"
                 else:
                     txt += f"   {who} / agentrl = {ratio(s, a):.2f}x raw"
-                    if floor is not None and who != "bare":
+                    if floor is not None and not who.startswith("bare"):
                         txt += f", {ratio(s - floor, a):.2f}x net of spawn floor"
             lines.append(txt)
         if a is not None and is_tp:
