@@ -696,8 +696,11 @@ class _Rewriter(ast.NodeTransformer):
 
         # Every node made here gets the assert's own location (what fix_missing_locations
         # would give them, without its walk of the whole tree).
+        loc = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+
         def at(new):
-            return ast.copy_location(new, node)
+            new.lineno, new.col_offset, new.end_lineno, new.end_col_offset = loc
+            return new
 
         name = at(ast.Name(id="_agentrl_e", ctx=ast.Load()))
         cases = at(ast.Name(id="_agentrl_cases", ctx=ast.Load()))
