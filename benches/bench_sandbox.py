@@ -35,6 +35,7 @@ from _harness import (
     find_nsjail,
     saturate,
     subprocess_call,
+    system_python,
 )
 from agentrl import Sandbox
 
@@ -105,12 +106,25 @@ def test_latency_true(benchmark, make_call, who: str) -> None:
     _record(benchmark, G_TRUE, who)
 
 
-@pytest.mark.benchmark(group=G_PY)
+def _interpreter(tag: str, sb: Sandbox | None = None) -> str:
+    """PY: the (clean) interpreter running the benchmark; in the box (``sb``) its venv is
+    bound at a path of its own, ``sb.python``. SYS: the system ``python3`` (a skip if none)."""
+    if tag == "PY":
+        return sb.python if sb is not None else PY
+    exe, why = system_python()
+    if exe is None:
+        pytest.skip(why)
+    return exe
+
+
+@pytest.mark.parametrize("interp", ["PY", "SYS"])
 @pytest.mark.parametrize("who", ["agentrl", *PY_ANCHORS])
-def test_latency_python(benchmark, make_call, who: str) -> None:
-    call = make_call(who, [PY, "-c", "pass"])
+def test_latency_python(benchmark, make_call, sb: Sandbox, who: str, interp: str) -> None:
+    exe = _interpreter(interp, sb if who == "agentrl" else None)
+    call = make_call(who, [exe, "-c", "pass"])
+    benchmark.group = f"{G_PY} ({interp})"
     benchmark.pedantic(call, rounds=PY_ROUNDS, iterations=1, warmup_rounds=3)
-    _record(benchmark, G_PY, who)
+    _record(benchmark, f"{G_PY} ({interp})", who)
 
 
 @pytest.mark.benchmark(group=G_TP)
@@ -134,9 +148,13 @@ def _warm_call(sb: Sandbox) -> Callable[[], None]:
 
 
 @pytest.mark.benchmark(group=G_WARM)
-@pytest.mark.parametrize("who", ["agentrl", "bare"])
+@pytest.mark.parametrize("who", ["agentrl", "bare", "bare SYS"])
 def test_latency_warm(benchmark, sb: Sandbox, who: str) -> None:
-    call = _warm_call(sb) if who == "agentrl" else subprocess_call([PY, "-c", WARM_SOURCE])
+    if who == "agentrl":
+        call = _warm_call(sb)
+    else:
+        exe = _interpreter("SYS" if who == "bare SYS" else "PY")
+        call = subprocess_call([exe, "-c", WARM_SOURCE])
     benchmark.pedantic(call, rounds=PY_ROUNDS, iterations=1, warmup_rounds=3)
     _record(benchmark, G_WARM, who)
 

@@ -40,11 +40,13 @@ from _harness import (  # noqa: E402
     check_anchor,
     find_nsjail,
     hyperfine_medians,
+    interpreter_note,
     latency_verdicts,
     percentile,
     ratio,
     saturate,
     subprocess_call,
+    system_python,
     time_interleaved,
     xargs_rate,
 )
@@ -135,6 +137,7 @@ def main() -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = _loadavg()
     nsjail, nsjail_how = find_nsjail(install=not args.no_install)
+    sys_py, sys_how = system_python()
     skipped: dict[str, str] = {}
     available = ["bare"]
     for name in ANCHORS[1:]:
@@ -166,18 +169,29 @@ def main() -> int:
         lat = time_interleaved(calls, args.iters)
         hf = None if args.no_hyperfine else hyperfine_medians(argvs, runs=args.iters)
 
-        # 2. python -c pass latency
+        # 2. python -c pass latency, with the clean interpreter running this (PY) and the
+        # system one (SYS), interleaved in the same rounds. In the box, a venv under /work is
+        # bound at a path of its own: agentrl runs sb.python, the anchors PY.
         print(f"latency python -c pass: {args.py_iters} runs each ...", file=sys.stderr)
-        prog = [PY, "-c", "pass"]
-        py_cmds = {"agentrl": "sb.run([sys.executable, '-c', 'pass'])"}
-        py_calls = {"agentrl": agentrl_call(sb, prog)}
-        py_argvs = {}
-        for who in py_available:
-            py_argvs[who] = anchor_argv(who, prog, nsjail)
-            py_cmds[who] = shlex.join(py_argvs[who])
-            py_calls[who] = subprocess_call(py_argvs[who])
-        py_lat = time_interleaved(py_calls, args.py_iters, warmup=3)
-        py_hf = None if args.no_hyperfine else hyperfine_medians(py_argvs, runs=args.py_iters)
+        interpreters = {"PY": (PY, sb.python)} | ({"SYS": (sys_py, sys_py)} if sys_py else {})
+        py_cmds: dict[str, dict[str, str]] = {}
+        py_argvs: dict[str, dict[str, list[str]]] = {}
+        all_calls = {}
+        for tag, (exe, in_box) in interpreters.items():
+            prog = [exe, "-c", "pass"]
+            py_cmds[tag] = {"agentrl": f"sb.run([{in_box!r}, '-c', 'pass'])"}
+            py_argvs[tag] = {}
+            all_calls[(tag, "agentrl")] = agentrl_call(sb, [in_box, "-c", "pass"])
+            for who in py_available:
+                py_argvs[tag][who] = anchor_argv(who, prog, nsjail)
+                py_cmds[tag][who] = shlex.join(py_argvs[tag][who])
+                all_calls[(tag, who)] = subprocess_call(py_argvs[tag][who])
+        both = time_interleaved(all_calls, args.py_iters, warmup=3)  # type: ignore[arg-type]
+        py_lat = {t: {w: v for (t2, w), v in both.items() if t2 == t} for t in interpreters}
+        py_hf = {
+            t: None if args.no_hyperfine else hyperfine_medians(py_argvs[t], runs=args.py_iters)
+            for t in interpreters
+        }
 
         # 3. saturated throughput
         n = args.threads * args.per_thread
@@ -252,12 +266,32 @@ def main() -> int:
         "(not part of any per-run figure)"
     )
     lines.append("")
-    lines.append(f"### Per-run latency, `python -c pass` ({args.py_iters} runs per command)")
-    lines.append("")
-    lines += latency_table(py_lat, py_hf)
-    lines.append("")
-    lines += [f"- {LABELS[k]}: `{c}`" for k, c in py_cmds.items()]
-    lines.append("")
+    for tag in py_lat:
+        exe = interpreters[tag][0]
+        head = (
+            "the interpreter running this report: the headline"
+            if tag == "PY"
+            else f"the system interpreter ({sys_how})"
+        )
+        lines.append(
+            f"### Per-run latency, `{tag} -c pass` ({args.py_iters} runs per command; {tag} = "
+            f"{head})"
+        )
+        lines.append("")
+        lines.append(f"- {tag}: {interpreter_note(exe)}")
+        lines.append("")
+        lines += latency_table(py_lat[tag], py_hf[tag])
+        lines.append("")
+        lines += [f"- {LABELS[k]}: `{c}`" for k, c in py_cmds[tag].items()]
+        a_py = py_lat[tag]["agentrl"].median_ms
+        for name in ("bwrap", "nsjail"):
+            if name in py_lat[tag]:
+                lines.append(
+                    f"- {tag}: {name} / agentrl = {ratio(py_lat[tag][name].median_ms, a_py):.2f}x"
+                )
+        lines.append("")
+    if not sys_py:
+        lines += [f"- system interpreter skipped: {sys_how}", ""]
     lines.append(
         f"### Saturated throughput, `/bin/true`: {args.threads} Python threads x "
         f"{args.per_thread} runs, median of {args.tp_rounds} rounds, {os.cpu_count()} CPUs"

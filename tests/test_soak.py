@@ -39,9 +39,47 @@ def threads_of_this_process() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def _slot_threads_waiting() -> bool:
+    """Whether every slot thread of this process (of every Sandbox alive in it) is idle:
+    blocked on its queue's condition variable (a futex), not between two runs."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            if not comm.startswith("agentrl-slot"):
+                continue
+            wchan = Path(f"/proc/self/task/{tid}/wchan").read_text().strip()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        if not wchan.startswith("futex"):
+            return False
+    return True
+
+
+def settled_fds(timeout: float = 10.0) -> int:
+    """This process's fd count at a quiescent point.
+
+    A slot hands a run's verdict to its caller first and only then, off the caller's critical
+    path, drops what the run left and makes the next run's channels (``between_runs`` in
+    ``rust/sandbox/src/run.rs``): right after the last verdicts, slots are still doing that,
+    and the count depends on how far each has got (a spare set of channels alone is 10 fds:
+    the tmpfs, its root, three pipes and a socket pair). Once every slot thread is back
+    waiting for work, an idle slot's fds are a function of its state only: the count is read
+    there, twice in a row the same, with the slot threads waiting both times."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        n = len(own_fds())
+        if _slot_threads_waiting() and n == last:
+            return n
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the slots did not settle in {timeout}s (fds: {last}, {n})")
+        last = n if _slot_threads_waiting() else None
+        time.sleep(0.02)
+
+
 def snapshot(cgroups_before: set[str] | None = None) -> dict[str, object]:
     return {
-        "fds": len(own_fds()),
+        "fds": settled_fds(),
         "mounts": mount_lines(),
         "cgroups": agentrl_cgroup_dirs(os.getpid()) - (cgroups_before or set()),
         "descendants": len(my_descendants()),
@@ -84,7 +122,7 @@ def test_soak_true_leaves_nothing_behind():
     cgroups_before = agentrl_cgroup_dirs(os.getpid())
     session_boxes = {p[0] for p in host_procs_of_box_uids(with_zygotes=True)}  # session's zygotes
     fds_before, threads_before, mounts_before = (
-        len(own_fds()),
+        settled_fds(),
         threads_of_this_process(),
         mount_lines(),
     )
@@ -118,7 +156,7 @@ def test_soak_true_leaves_nothing_behind():
     zygotes = [p for p in host_procs_of_box_uids(with_zygotes=True) if p[0] not in session_boxes]
     assert not zygotes, f"box processes (warm interpreters) alive after close(): {zygotes}"
     del box
-    assert len(own_fds()) == fds_before, "fds of this process leaked by the sandbox"
+    assert settled_fds() == fds_before, "fds of this process leaked by the sandbox"
 
 
 ABNORMAL = [

@@ -657,7 +657,22 @@ class _Rewriter(ast.NodeTransformer):
         self.funcs -= 1
         return node
 
-    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def generic_visit(self, node):
+        # An assert is a statement: only lists of statements (and the except handlers and
+        # match cases holding them) can contain one, so expressions are not walked (most of
+        # a test's nodes; a lambda holds no statement).
+        for field in node._fields:
+            old = getattr(node, field, None)
+            if type(old) is not list or not old:
+                continue
+            if isinstance(old[0], ast.stmt):
+                setattr(node, field, [self.visit(s) for s in old])
+            elif isinstance(old[0], (ast.excepthandler, ast.match_case)):
+                for h in old:
+                    self.generic_visit(h)
+        return node
 
     def _segment(self, node):
         try:
@@ -678,38 +693,52 @@ class _Rewriter(ast.NodeTransformer):
         text = self._segment(node) or ast.unparse(node)
         self.texts.append(_short(" ".join(text.split()), 500))
         self.in_loop.append(self.loops > 0 or self.funcs > 1)
-        name = ast.Name(id="_agentrl_e", ctx=ast.Load())
-        cases = ast.Name(id="_agentrl_cases", ctx=ast.Load())
-        value = ast.Name(id="_agentrl_v", ctx=ast.Load())
-        msg = ast.Constant(None)
+
+        # Every node made here gets the assert's own location (what fix_missing_locations
+        # would give them, without its walk of the whole tree).
+        loc = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+
+        def at(new):
+            new.lineno, new.col_offset, new.end_lineno, new.end_col_offset = loc
+            return new
+
+        name = at(ast.Name(id="_agentrl_e", ctx=ast.Load()))
+        cases = at(ast.Name(id="_agentrl_cases", ctx=ast.Load()))
+        value = at(ast.Name(id="_agentrl_v", ctx=ast.Load()))
+        msg = at(ast.Constant(None))
         if node.msg is not None:
             no_args = ast.arguments(
                 posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]
             )
-            msg = ast.Lambda(args=no_args, body=node.msg)
+            msg = at(ast.Lambda(args=no_args, body=node.msg))
 
         def call(method, *args):
-            return ast.Expr(
-                ast.Call(
-                    ast.Attribute(cases, method, ast.Load()),
-                    [ast.Constant(i), *args],
-                    [],
+            return at(
+                ast.Expr(
+                    at(
+                        ast.Call(
+                            at(ast.Attribute(cases, method, ast.Load())),
+                            [at(ast.Constant(i)), *args],
+                            [],
+                        )
+                    )
                 )
             )
 
-        new = ast.Try(
-            body=[ast.Assign([ast.Name(id="_agentrl_v", ctx=ast.Store())], node.test)],
-            handlers=[
-                ast.ExceptHandler(
-                    type=ast.Name(id="BaseException", ctx=ast.Load()),
-                    name="_agentrl_e",
-                    body=[call("raised", name)],
-                )
-            ],
-            orelse=[call("passed", value, msg)],
-            finalbody=[],
+        target = at(ast.Name(id="_agentrl_v", ctx=ast.Store()))
+        handler = ast.ExceptHandler(
+            type=at(ast.Name(id="BaseException", ctx=ast.Load())),
+            name="_agentrl_e",
+            body=[call("raised", name)],
         )
-        return ast.copy_location(new, node)
+        return at(
+            ast.Try(
+                body=[at(ast.Assign([target], node.test))],
+                handlers=[at(handler)],
+                orelse=[call("passed", value, msg)],
+                finalbody=[],
+            )
+        )
 
 
 def _prompt_statements(prompt):
@@ -738,7 +767,7 @@ def prepare(prompt, test):
             codes.append(compile(ast.Module([stmt], []), "<prompt>", "exec"))
     tree = ast.parse(test)
     rw = _Rewriter(test)
-    tree = ast.fix_missing_locations(rw.visit(tree))
+    tree = rw.visit(tree)
     return codes, compile(tree, _TEST_FILENAME, "exec"), rw.texts, rw.in_loop
 
 

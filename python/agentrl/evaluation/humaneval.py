@@ -186,12 +186,13 @@ def evaluate_functional_correctness(
             f"{len(problems)}); pass ignore_incomplete=True to score only the attempted ones"
         )
     tasks = {tid: _task(p) for tid, p in problems.items() if tid in attempted}
+    pairs = [(tasks[str(s["task_id"])], str(s["completion"])) for s in samples]
     with Evaluator(workers=n_workers, timeout=timeout) as ev:
-        futs = [ev._submit(tasks[str(s["task_id"])], str(s["completion"]), None) for s in samples]
+        # On the Evaluator's persistent judges, as judge_many (one warm run per sample).
+        submitted = ev._submit_many(pairs, ev.timeout)  # type: ignore[arg-type]
         results: list[Judgement] = []
-        for n, (s, (fl, nonce)) in enumerate(zip(samples, futs, strict=True)):
-            task = tasks[str(s["task_id"])]
-            results.append(ev._finish(task, [ev._outcome(f) for f in fl], nonce))
+        for n, ((task, _), entry) in enumerate(zip(pairs, submitted, strict=True)):
+            results.append(ev._collect(task, entry))
             if progress is not None:
                 progress(n + 1, len(samples))
     masked = [j for j in results if j.masked]
