@@ -166,11 +166,14 @@ _SIDE_CAP = 1 << 20
 _MEM_SLACK = 1 << 20
 """nsjail's own memory limit sits this far above the parent's, so the parent is what fires."""
 
-_WRAPPER = 'echo $$ > "$1" || exit 125; ulimit -f "$2" || exit 125; shift 2; exec "$@"'
+_EXEC_CORE_1 = 'exec prlimit --core=1:1 -- "$@"'
+_WRAPPER = 'echo $$ > "$1" || exit 125; ulimit -f "$2" || exit 125; shift 2; ' + _EXEC_CORE_1
 """Starts nsjail in the run's v1 cpuacct cgroup (so the jail's CPU time is counted there) with
 RLIMIT_FSIZE set to the byte limit rounded up to 512 (nsjail's own flag takes whole MiB; its
-``--rlimit_fsize soft`` then copies this one)."""
-_WRAPPER_NO_CG = 'ulimit -f "$1" || exit 125; shift; exec "$@"'
+``--rlimit_fsize soft`` then copies this one) and RLIMIT_CORE at 1 byte, soft and hard (through
+util-linux's ``prlimit``; ``--rlimit_core hard`` then keeps it; inside the box the policy pins
+it, so the init's own ``setrlimit`` changes nothing there)."""
+_WRAPPER_NO_CG = 'ulimit -f "$1" || exit 125; shift; ' + _EXEC_CORE_1
 
 _INIT = r"""
 import sys, posix, _signal as S
@@ -349,7 +352,7 @@ _UNIFIED_NR = {
     "file_setattr": 469,
 }
 
-_ARG_CHECKED = ("clone", "socket", "socketpair", "ioctl", "personality")
+_ARG_CHECKED = ("clone", "socket", "socketpair", "ioctl", "personality", "setrlimit", "prlimit64")
 _EPERM, _ENOSYS, _EAFNOSUPPORT = errno.EPERM, errno.ENOSYS, errno.EAFNOSUPPORT
 _EPROTONOSUPPORT = errno.EPROTONOSUPPORT
 _AF_NETLINK = 16
@@ -433,7 +436,19 @@ def kafel_policy(
         if netlink is not None
         else None
     )
+    # A pinned limit (RLIMIT_CORE) is never changed: setrlimit and prlimit64 that set it
+    # succeed without effect when nothing is read back, else fail (first match wins).
+    pinned = u32_any("resource", policy.get("pinned_rlimits") or ())  # type: ignore[arg-type]
+    pinned_rules = [
+        f"  ERRNO(0) {{\n    setrlimit(resource) {{ {pinned} }},\n"
+        f"    prlimit64(pid, resource, new_limit, old_limit) {{ ({pinned}) && new_limit != 0"
+        " && old_limit == 0 }\n  }",
+        f"  ERRNO({_EPERM}) {{\n    prlimit64(pid, resource, new_limit) {{ ({pinned})"
+        " && new_limit != 0 }\n  }",
+        "  ALLOW {\n    setrlimit,\n    prlimit64\n  }",
+    ]
     blocks = [
+        *pinned_rules,
         block(f"ERRNO({_ENOSYS})", policy["enosys"]),  # type: ignore[arg-type]
         *(block(f"ERRNO({e})", names_) for e, names_ in sorted(by_errno.items())),
         block(f"ERRNO({_EPERM})", policy["deny"]),  # type: ignore[arg-type]
@@ -1270,6 +1285,11 @@ class NsjailSandbox(Sandbox):
             raise SandboxError(f"nsjail ({self._nsjail}) is not executable")
         if os.geteuid() != 0:
             raise SandboxError("the nsjail backend needs root (cgroups and uid maps)")
+        if shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin") is None:
+            raise SandboxError(
+                "the nsjail backend needs util-linux's prlimit (to start jails with a 1-byte "
+                "RLIMIT_CORE, which nsjail's --rlimit_core cannot express)"
+            )
         self._policy, self._dropped = _compiled_policy(self._nsjail, self._network)
 
         self._lock = threading.Lock()

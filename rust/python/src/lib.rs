@@ -413,6 +413,7 @@ fn seccomp_policy(py: Python<'_>, network: bool) -> PyResult<Bound<'_, PyDict>> 
     d.set_item("socket_domains", p.socket_domains)?;
     d.set_item("refused_ioctls", p.refused_ioctls)?;
     d.set_item("personalities", p.personalities)?;
+    d.set_item("pinned_rlimits", p.pinned_rlimits)?;
     Ok(d)
 }
 

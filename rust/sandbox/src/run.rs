@@ -723,6 +723,20 @@ fn mount_namespace(pidfd: BorrowedFd<'_>) -> Option<OwnedFd> {
 
 /// Receives the child's seccomp listener (sent just before it runs untrusted code).
 pub(crate) fn receive_listener(sock: BorrowedFd<'_>) -> RunResult<OwnedFd> {
+    // The child sends the listener before its set-up ends (the status pipe's end of file,
+    // which the caller has seen), so it is already queued unless the child died first. This
+    // end of the socket pair holds the other end too, so a dead child never shows as end of
+    // file here: wait a bounded time instead of forever.
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    if ready <= 0 {
+        return Err("the box ended its set-up without handing over its seccomp listener".into());
+    }
     let listener =
         seccomp::recv_fd(sock).map_err(|e| format!("receiving the seccomp listener: {e}"))?;
     set_nonblocking(listener.as_raw_fd());

@@ -330,7 +330,6 @@ const ALLOW_COMMON: &[c_long] = &[
     libc::SYS_sysinfo,
     libc::SYS_getrusage,
     libc::SYS_times,
-    libc::SYS_prlimit64,
     libc::SYS_getcpu,
     // Identity (changing it needs capabilities the box does not have).
     libc::SYS_getpid,
@@ -483,7 +482,6 @@ const ALLOW_ARCH: &[c_long] = &[
     libc::SYS_futimesat,
     libc::SYS_sync_file_range,
     libc::SYS_getrlimit,
-    libc::SYS_setrlimit,
     libc::SYS_getpgrp,
     libc::SYS_time,
     libc::SYS_epoll_create,
@@ -501,7 +499,6 @@ const ALLOW_ARCH: &[c_long] = &[
     nr::SYS_fchmodat2,
     nr::SYS_sync_file_range,
     nr::SYS_getrlimit,
-    nr::SYS_setrlimit,
     nr::SYS_io_pgetevents,
 ];
 
@@ -742,6 +739,57 @@ enum Leaf {
     Ioctl,
     /// `personality`: allow a query in arg0, else notify.
     Personality,
+    /// `setrlimit`: a change of a [`PINNED_RLIMIT`] in arg0 succeeds without effect, else
+    /// allow.
+    Setrlimit,
+    /// `prlimit64`: a change (arg2 not NULL) of a [`PINNED_RLIMIT`] in arg1 succeeds without
+    /// effect when it reads nothing back (arg3 NULL, as glibc's `setrlimit`), else fails with
+    /// `EPERM`; everything else (reads, other resources) is allowed.
+    Prlimit,
+}
+
+/// The resource limit a program may not change: `RLIMIT_CORE`. The box runs with a limit of
+/// exactly 1 byte, the one value that stops a piped `core_pattern` (the host's core handler,
+/// started as host root); at 0 the kernel would start the handler again. A program that
+/// lowers it (`ulimit -c 0`, as test runners do to keep cores away) is told it succeeded: a
+/// 1-byte limit writes no core file either, so what it asked for holds.
+#[allow(clippy::unnecessary_cast)] // c_uint on glibc, c_int elsewhere
+pub const PINNED_RLIMIT: u32 = libc::RLIMIT_CORE as u32;
+
+/// `setrlimit` (the `libc` crate lacks it on aarch64).
+#[cfg(target_arch = "x86_64")]
+const SYS_SETRLIMIT: c_long = libc::SYS_setrlimit;
+#[cfg(target_arch = "aarch64")]
+const SYS_SETRLIMIT: c_long = nr::SYS_setrlimit;
+
+/// `RET_ERRNO` with errno 0: the call returns 0 without running.
+const RET_SUCCEED: u32 = libc::SECCOMP_RET_ERRNO;
+
+/// [`Leaf::Prlimit`]'s code.
+fn prlimit_check() -> Vec<sock_filter> {
+    let high = |i: usize| {
+        if cfg!(target_endian = "big") {
+            arg_low(i) - 4
+        } else {
+            arg_low(i) + 4
+        }
+    };
+    vec![
+        /* 0 */ stmt(LD_W_ABS, arg_low(1)),
+        /* 1 */ jump(JMP_JEQ_K, PINNED_RLIMIT, 1, 0),
+        /* 2 */ stmt(RET_K, RET_ALLOW),
+        /* 3 */ stmt(LD_W_ABS, arg_low(2)),
+        /* 4 */ jump(JMP_JEQ_K, 0, 0, 3), // new limit set: to 8
+        /* 5 */ stmt(LD_W_ABS, high(2)),
+        /* 6 */ jump(JMP_JEQ_K, 0, 0, 1), // new limit set: to 8
+        /* 7 */ stmt(RET_K, RET_ALLOW), // a read
+        /* 8 */ stmt(LD_W_ABS, arg_low(3)),
+        /* 9 */ jump(JMP_JEQ_K, 0, 0, 3), // old limit wanted: to 13
+        /* 10 */ stmt(LD_W_ABS, high(3)),
+        /* 11 */ jump(JMP_JEQ_K, 0, 0, 1), // old limit wanted: to 13
+        /* 12 */ stmt(RET_K, RET_SUCCEED),
+        /* 13 */ stmt(RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+    ]
 }
 
 /// `[LD arg; JEQ v0; ...; JEQ vn; RET on_miss; RET on_match]`.
@@ -822,6 +870,8 @@ fn leaf_code(leaf: Leaf, policy: &Policy) -> Vec<sock_filter> {
         ),
         Leaf::Ioctl => match_arg(1, REFUSED_IOCTLS, RET_NOTIFY, RET_ALLOW),
         Leaf::Personality => match_arg(0, ALLOWED_PERSONAS, RET_ALLOW, RET_NOTIFY),
+        Leaf::Setrlimit => match_arg(0, &[PINNED_RLIMIT], RET_SUCCEED, RET_ALLOW),
+        Leaf::Prlimit => prlimit_check(),
     }
 }
 
@@ -869,6 +919,8 @@ fn rules() -> Vec<(u32, Leaf)> {
     add(&[libc::SYS_socket, libc::SYS_socketpair], Leaf::Socket);
     add(&[libc::SYS_ioctl], Leaf::Ioctl);
     add(&[libc::SYS_personality], Leaf::Personality);
+    add(&[SYS_SETRLIMIT], Leaf::Setrlimit);
+    add(&[libc::SYS_prlimit64], Leaf::Prlimit);
     rules.sort_unstable_by_key(|&(nr, _)| nr);
     debug_assert!(
         rules.windows(2).all(|w| w[0].0 != w[1].0),
@@ -1242,6 +1294,8 @@ mod tests {
     }
 
     const CHECKED: &[c_long] = &[
+        SYS_SETRLIMIT,
+        libc::SYS_prlimit64,
         libc::SYS_clone,
         libc::SYS_socket,
         libc::SYS_socketpair,
@@ -1579,6 +1633,30 @@ mod tests {
             assert_eq!(action(DEFAULT, libc::SYS_ioctl, req(r as u64)), RET_ALLOW);
         }
         assert_eq!(denial_errno(libc::SYS_ioctl, &NONE), libc::EPERM);
+    }
+
+    #[test]
+    fn the_core_limit_cannot_change() {
+        let core = PINNED_RLIMIT as u64;
+        let set = |res: u64| action(DEFAULT, SYS_SETRLIMIT, [res, 0x1000, 0, 0, 0, 0]);
+        assert_eq!(set(core), RET_SUCCEED);
+        assert_eq!(set(1 << 32 | core), RET_SUCCEED);
+        for res in [0, 3, 7, 5] {
+            assert_eq!(set(res), RET_ALLOW, "resource {res}");
+        }
+        let pr = |res: u64, new: u64, old: u64| {
+            action(DEFAULT, libc::SYS_prlimit64, [0, res, new, old, 0, 0])
+        };
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        assert_eq!(pr(core, 0, 0x1000), RET_ALLOW); // getrlimit
+        assert_eq!(pr(core, 0, 0), RET_ALLOW);
+        assert_eq!(pr(core, 0x1000, 0), RET_SUCCEED); // glibc's setrlimit
+        assert_eq!(pr(core, 1 << 32, 0), RET_SUCCEED); // a pointer above 4 GiB
+        assert_eq!(pr(core, 0x1000, 0x2000), eperm);
+        assert_eq!(pr(core, 0x1000, 1 << 40), eperm);
+        for res in [0, 3, 7] {
+            assert_eq!(pr(res, 0x1000, 0x2000), RET_ALLOW, "resource {res}");
+        }
     }
 
     #[test]
@@ -2433,6 +2511,9 @@ pub struct PolicyDescription {
     pub refused_ioctls: Vec<u32>,
     /// `personality` values that are allowed (others: `EPERM`).
     pub personalities: Vec<u32>,
+    /// Resources whose limit `setrlimit`/`prlimit64` may not change (see [`PINNED_RLIMIT`]);
+    /// the calls are allowed otherwise.
+    pub pinned_rlimits: Vec<u32>,
 }
 
 /// Describes the policy [`Filter::compile`] enforces.
@@ -2442,6 +2523,7 @@ pub fn describe(policy: &Policy) -> PolicyDescription {
         clone_refused_flags: CLONE_NAMESPACE_FLAGS,
         refused_ioctls: REFUSED_IOCTLS.to_vec(),
         personalities: ALLOWED_PERSONAS.to_vec(),
+        pinned_rlimits: vec![PINNED_RLIMIT],
         ..Default::default()
     };
     if policy.allow_network {
