@@ -2121,105 +2121,21 @@ CORPUS: list[Entry] = [
 
 PATHS = ("cold", "warm")
 
-# Causes of today's differences (each observed, with the box's own evidence in the comment).
-WARM_FRAME = (
-    "warm path: a traceback carries an extra frame 'File \"<string>\", line 92, in _agentrl_run' "
-    "(the zygote's runner calls the program's code), and a SyntaxError gets a 'Traceback' header"
-)
-ISOLATED = (
-    "run_python starts 'python -I' (cold) / the zygote runs with -I (warm): /work is not on "
-    "sys.path (cold), PYTHON* variables (PYTHONHASHSEED, PYTHONDONTWRITEBYTECODE) are ignored, "
-    "sys.flags.isolated/ignore_environment/no_user_site/safe_path are 1"
-)
-NO_INET = (
-    "network=False: seccomp refuses socket(AF_INET/AF_INET6/AF_NETLINK) with EAFNOSUPPORT "
-    "(denied_syscalls=('socket',)), so even 127.0.0.1/::1 loopback servers cannot be made"
-)
-NO_PTS = "the box's /dev has no pts/ptmx: os.openpty() ENOENT, pty.fork() 'out of pty devices'"
-NO_PTRACE = (
-    "seccomp refuses ptrace (denied_syscalls=('ptrace',)): LeakSanitizer's exit-time check stops "
-    "the world with ptrace, so every -fsanitize=address binary ends with 'LeakSanitizer has "
-    "encountered a fatal error', exit 1"
-)
-NO_ETC_JAVA = (
-    "the box's /etc lacks java-17-openjdk/: conf/security/java.security is a symlink into it, "
-    "so javac/java fail with 'InternalError: Error loading java.security file'"
-)
-NO_ETC_SSL = (
-    "the box's /etc lacks ssl/: /usr/lib/ssl/{cert.pem,certs,openssl.cnf} dangle, so "
-    "create_default_context() loads 0 CA certs and 'openssl req' cannot open openssl.cnf"
-)
-STDIN_MEMFD = "stdin is a memfd (a regular file), not a pipe as under a shell"
-DEV_STDOUT = (
-    "/dev/stdout, /dev/stderr -> /proc/self/fd/N reopen the output pipes, made by the host "
-    "supervisor: owned by an unmapped uid (65534 in the box) with mode 0600, so open() is EACCES"
+# Documented differences (each observed, with its reason; also in the README).
+STDIN_MEMFD = (
+    "stdin is a memfd (a regular file holding the whole input, as under 'prog < file'), not a "
+    "pipe as under 'cat file | prog': the input is given whole before the run, and a file "
+    "needs no writer thread and cannot block the program"
 )
 
 KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {
     ("stdio_kinds", "cold"): STDIN_MEMFD,
     ("stdio_kinds", "warm"): STDIN_MEMFD,
-    ("import_local_module", "cold"): ISOLATED,
-    ("env_pythonhashseed", "cold"): ISOLATED,
-    ("env_pythonhashseed", "warm"): ISOLATED,
-    ("os_environ_argv", "cold"): ISOLATED + " (sys.path[0] is python311.zip, not /work)",
-    ("sys_flags", "cold"): ISOLATED,
-    ("sys_flags", "warm"): ISOLATED,
-    ("proc_self_status", "cold"): ISOLATED + " (/proc/self/cmdline shows -I)",
-    ("proc_self_status", "warm"): (
-        "warm path: /proc/self/comm and status Name are 'agentrl-warm', /proc/self/cmdline is "
-        "the zygote's 'python -I -c <bootstrap>'"
+    ("exc_recursion", "warm"): (
+        "warm path: the program's module frame runs one frame above the warm interpreter's "
+        "bootstrap (inherent to forking a running interpreter; tracebacks hide it), so the "
+        "recursion limit is reached one frame sooner: '[Previous line repeated 995' (host 996)"
     ),
-    ("exc_uncaught", "warm"): WARM_FRAME,
-    ("exc_chained", "warm"): WARM_FRAME,
-    ("exc_group", "warm"): WARM_FRAME,
-    ("exc_syntax_error", "warm"): WARM_FRAME,
-    ("exc_indentation_error", "warm"): WARM_FRAME,
-    ("exc_recursion", "warm"): WARM_FRAME
-    + "; '[Previous line repeated 992' (host 996): 4 frames deeper",
-    ("signal_sigint_keyboardinterrupt", "warm"): (
-        WARM_FRAME + "; an uncaught KeyboardInterrupt exits 1 instead of dying of SIGINT "
-        "(CPython's main re-raises SIGINT; the zygote's runner does not)"
-    ),
-    ("asyncio_tcp", "cold"): NO_INET,
-    ("asyncio_tcp", "warm"): NO_INET,
-    ("http_server_urllib", "cold"): NO_INET,
-    ("http_server_urllib", "warm"): NO_INET,
-    ("socketserver_tcp_localhost", "cold"): NO_INET,
-    ("socketserver_tcp_localhost", "warm"): NO_INET,
-    ("udp_echo", "cold"): NO_INET,
-    ("udp_echo", "warm"): NO_INET,
-    ("ipv6_loopback", "cold"): NO_INET,
-    ("ipv6_loopback", "warm"): NO_INET,
-    ("node_http_loopback", "cold"): NO_INET,
-    ("node_http_loopback", "warm"): NO_INET,
-    ("node_os_intl", "cold"): NO_INET
-    + " (os.networkInterfaces(): uv_interface_addresses error 97)",
-    ("node_os_intl", "warm"): NO_INET
-    + " (os.networkInterfaces(): uv_interface_addresses error 97)",
-    ("ssl_default_context", "cold"): NO_ETC_SSL,
-    ("ssl_default_context", "warm"): NO_ETC_SSL,
-    ("ssl_loopback_selfsigned", "cold"): NO_ETC_SSL + "; then " + NO_INET,
-    ("ssl_loopback_selfsigned", "warm"): NO_ETC_SSL + "; then " + NO_INET,
-    ("pty_openpty", "cold"): NO_PTS,
-    ("pty_openpty", "warm"): NO_PTS,
-    ("pty_fork", "cold"): NO_PTS,
-    ("pty_fork", "warm"): NO_PTS,
-    ("c_asan_clean", "cold"): NO_PTRACE,
-    ("c_asan_clean", "warm"): NO_PTRACE,
-    ("c_lsan_leak", "cold"): NO_PTRACE + " (the leak report is lost)",
-    ("c_lsan_leak", "warm"): NO_PTRACE + " (the leak report is lost)",
-    ("cpp_asan_threads", "cold"): NO_PTRACE,
-    ("cpp_asan_threads", "warm"): NO_PTRACE,
-    ("java_version", "cold"): NO_ETC_JAVA + " ('java -version' works, javac fails)",
-    ("java_version", "warm"): NO_ETC_JAVA + " ('java -version' works, javac fails)",
-    ("java_collections_streams", "cold"): NO_ETC_JAVA,
-    ("java_collections_streams", "warm"): NO_ETC_JAVA,
-    ("java_threads", "cold"): NO_ETC_JAVA,
-    ("java_threads", "warm"): NO_ETC_JAVA,
-    ("java_source_launcher_files", "cold"): NO_ETC_JAVA,
-    ("java_source_launcher_files", "warm"): NO_ETC_JAVA,
-    ("sh_dev_stdio", "cold"): DEV_STDOUT,
-    ("sh_dev_stdio", "warm"): DEV_STDOUT,
 }
 """(entry, path) -> why its output differs today; see tests/fidelity/DIFFERENCES.md. An entry
 that raises on the warm path also shows WARM_FRAME; the table names its first cause."""

@@ -44,8 +44,11 @@ def _host_env(sb: Sandbox, work: Path, env: Mapping[str, str] | None) -> dict[st
 
 def _normalise(text: bytes, work: Path | None = None) -> str:
     s = text.decode(errors="replace")
-    # The dev venv's editable install of agentrl: on the host's sys.path, not in the box's.
-    s = s.replace(f", {os.path.dirname(os.path.dirname(agentrl.__file__))!r}", "")
+    # An editable install of agentrl (a development tree): on the host's sys.path, not in the
+    # box's. The installed wheel lives in site-packages, on both.
+    tree = os.path.dirname(os.path.dirname(agentrl.__file__))
+    if not tree.startswith(sys.prefix + os.sep):
+        s = s.replace(f", {tree!r}", "")
     for prefix in sorted({sys.prefix, os.path.realpath(sys.prefix)}, key=len, reverse=True):
         s = s.replace(prefix, "VENV")
     s = re.sub(r"/\.agentrl/py/\d+", "VENV", s)

@@ -39,9 +39,10 @@ def threads_of_this_process() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _slot_threads_waiting() -> bool:
-    """Whether every slot thread of this process (of every Sandbox alive in it) is idle:
-    blocked on its queue's condition variable (a futex), not between two runs."""
+def _busy_slot_threads() -> list[str]:
+    """The slot threads of this process (of every Sandbox alive in it) that are not idle,
+    blocked on their queue's condition variable (a futex): ``"tid comm wchan"`` each."""
+    busy = []
     for tid in os.listdir("/proc/self/task"):
         try:
             comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
@@ -51,8 +52,12 @@ def _slot_threads_waiting() -> bool:
         except FileNotFoundError:  # the thread ended meanwhile
             continue
         if not wchan.startswith("futex"):
-            return False
-    return True
+            busy.append(f"{tid} {comm} {wchan}")
+    return busy
+
+
+def _slot_threads_waiting() -> bool:
+    return not _busy_slot_threads()
 
 
 def settled_fds(timeout: float = 10.0) -> int:
@@ -72,7 +77,10 @@ def settled_fds(timeout: float = 10.0) -> int:
         if _slot_threads_waiting() and n == last:
             return n
         if time.monotonic() > deadline:
-            raise AssertionError(f"the slots did not settle in {timeout}s (fds: {last}, {n})")
+            raise AssertionError(
+                f"the slots did not settle in {timeout}s (fds: {last}, {n}; "
+                f"busy: {_busy_slot_threads()})"
+            )
         last = n if _slot_threads_waiting() else None
         time.sleep(0.02)
 

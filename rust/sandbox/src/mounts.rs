@@ -328,6 +328,32 @@ const SYSTEM_DIRS: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/li
 /// lacks is skipped; a name ending in `*` matches every entry of `/etc` it prefixes.
 /// Directories are copied whole (symlinks as symlinks), except what [`etc_secret`] refuses.
 /// `passwd`, `group`, `hostname`, `hosts` (without network) and `mtab` are generated instead.
+///
+/// Without network, `/etc/hosts` is the host's lines for `localhost` and its kin (so
+/// `localhost` resolves in the box exactly as on the host: to 127.0.0.1 only, or to ::1
+/// too) and the box's own name; other lines name the host or addresses the box cannot
+/// reach, and are left out.
+fn loopback_hosts(host: &str) -> String {
+    let mut out = String::new();
+    for line in host.lines() {
+        let entry = line.split('#').next().unwrap_or("");
+        let mut fields = entry.split_whitespace();
+        let loopback = fields
+            .next()
+            .and_then(|a| a.parse::<std::net::IpAddr>().ok())
+            .is_some_and(|a| a.is_loopback());
+        let local = fields.any(|n| n.contains("localhost") || n.contains("loopback"));
+        if loopback && local {
+            out.push_str(entry.trim_end());
+            out.push('\n');
+        }
+    }
+    if !out.split_whitespace().any(|w| w == "localhost") {
+        out.push_str("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+    }
+    out.push_str("127.0.1.1\tsandbox\n");
+    out
+}
 pub const ETC_ALLOW: &[&str] = &[
     // The dynamic loader.
     "ld.so.cache",
@@ -899,14 +925,14 @@ impl Template {
             "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{BOX_ID}:{BOX_ID}:sandbox:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
         );
         let group = format!("root:x:0:\nsandbox:x:{BOX_ID}:\nnogroup:x:65534:\n");
-        let hosts = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+        let hosts = loopback_hosts(&std::fs::read_to_string("/etc/hosts").unwrap_or_default());
         let mut generated: Vec<(&str, Vec<u8>)> = vec![
             ("etc/passwd", passwd.into_bytes()),
             ("etc/group", group.into_bytes()),
             ("etc/hostname", b"sandbox\n".to_vec()),
         ];
         if !layout.network {
-            generated.push(("etc/hosts", hosts.as_bytes().to_vec()));
+            generated.push(("etc/hosts", hosts.into_bytes()));
         }
         for (rel_path, item) in &layout.etc_files {
             let p = Path::new("etc").join(rel_path);
@@ -1322,6 +1348,17 @@ mod tests {
             ]
         );
         assert!(v.links.is_empty());
+    }
+
+    #[test]
+    fn hosts_keep_the_hosts_loopback_lines_only() {
+        let h = "127.0.0.1 localhost\n10.1.2.3 db.internal # a host\n::1 localhost ip6-localhost\n\
+                 # comment\n127.0.1.1 myhost\n";
+        assert_eq!(
+            loopback_hosts(h),
+            "127.0.0.1 localhost\n::1 localhost ip6-localhost\n127.0.1.1\tsandbox\n"
+        );
+        assert!(loopback_hosts("").contains("127.0.0.1\tlocalhost\n"));
     }
 
     #[test]
