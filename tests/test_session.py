@@ -59,6 +59,13 @@ def test_run_python_step(sb: Sandbox) -> None:
         assert s.run_python("open('state', 'w').write('3')").ok
         r = s.run_python("print(int(open('state').read()) * 2)")
         assert r.stdout == b"6\n", why(r)
+        # As `python -c` in the repo on a host: the work dir's modules import, env applies.
+        assert s.run_python("open('helper.py', 'w').write('X = 7')").ok
+        r = s.run_python(
+            "import helper, os, sys; print(helper.X, os.environ['PYTHONHASHSEED'], sys.path[0])",
+            env={"PYTHONHASHSEED": "3"},
+        )
+        assert r.stdout == b"7 3 \n", why(r)
 
 
 def test_cpu_budget_and_disk_limit(sb: Sandbox) -> None:

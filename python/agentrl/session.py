@@ -118,11 +118,12 @@ class Session:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:
-        """Runs Python ``source`` as one step (``python -I -c source`` in ``/work``)."""
+        """Runs Python ``source`` as one step (``python -c source`` in ``/work``, as on a host:
+        the work dir is first on ``sys.path`` and ``env`` is honoured)."""
         if not isinstance(source, str):
             raise TypeError("source must be a str")
         return self.run(
-            [self._sandbox.python, "-I", "-c", source],
+            [self._sandbox.python, "-c", source],
             stdin=stdin,
             collect=collect,
             limits=limits,
