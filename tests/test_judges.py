@@ -16,7 +16,7 @@ import time
 
 import pytest
 from agentrl.evaluation import Evaluator, FunctionTask
-from conftest import judge_procs
+from conftest import judge_procs, my_descendants
 
 ECHO = FunctionTask(
     task_id="echo",
@@ -28,7 +28,10 @@ GOOD = "    return x\n"
 
 
 def _judges() -> set[int]:
-    return {pid for pid, _ in judge_procs()}
+    """This test process's judges (another process's Evaluators, say a benchmark running
+    meanwhile, have judges of their own)."""
+    mine = my_descendants()
+    return {pid for pid, _ in judge_procs() if pid in mine}
 
 
 def _gone(pids: set[int], timeout: float = 10.0) -> bool:
