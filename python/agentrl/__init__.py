@@ -25,25 +25,35 @@ from agentrl.limits import Limits
 from agentrl.pool import SandboxPool
 from agentrl.result import ExecResult, Status
 from agentrl.sandbox import Bind, Sandbox
-from agentrl.scheduler import (
-    Episode,
-    EpisodeGroup,
-    EpisodeStatus,
-    RolloutScheduler,
-    SchedulerConfig,
-    Turn,
-)
 from agentrl.session import Session, Snapshot
 
 _LAZY_MODULES = ("policy", "train")
 
+_LAZY_NAMES = {
+    name: "agentrl.scheduler"
+    for name in (
+        "Episode",
+        "EpisodeGroup",
+        "EpisodeStatus",
+        "RolloutScheduler",
+        "SchedulerConfig",
+        "Turn",
+    )
+}
+"""Public names loaded on first access: the rollout scheduler imports asyncio (~50 ms of a
+cold start that needs no event loop, such as ``agentrl eval``)."""
+
 
 def __getattr__(name: str) -> object:
     # `agentrl.policy` / `agentrl.train` import torch: load them on first attribute access.
-    if name in _LAZY_MODULES:
+    if name in _LAZY_MODULES or name in _LAZY_NAMES:
         import importlib
 
-        return importlib.import_module(f"agentrl.{name}")
+        if name in _LAZY_MODULES:
+            return importlib.import_module(f"agentrl.{name}")
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'agentrl' has no attribute {name!r}")
 
 

@@ -8,18 +8,18 @@ thread polls on a timer and nothing spins. :class:`agentrl.SandboxPool` is the p
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import functools
 import os
 import select
+import sys
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl import _core, _exit
 from agentrl.jobs import (
@@ -32,6 +32,9 @@ from agentrl.jobs import (
     _exception,
     _schedule,
 )
+
+if TYPE_CHECKING:  # asyncio is imported where a coroutine needs it (a cold start skips it)
+    import asyncio
 
 __all__: list[str] = []
 
@@ -57,8 +60,13 @@ def _percentiles(values: Iterable[float]) -> dict[str, float | int | None]:
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
+    # asyncio is imported on first use (~50 ms of a cold start): where it is not loaded yet,
+    # no event loop can be running.
+    aio = sys.modules.get("asyncio")
+    if aio is None:
+        return None
     try:
-        return asyncio.get_running_loop()
+        return aio.get_running_loop()
     except RuntimeError:
         return None
 
@@ -326,6 +334,8 @@ class _JobPool:
         """A future of the job, on the running loop. Jobs started during one iteration of the
         loop are submitted together; with ``backpressure="block"`` a job waits for room
         without blocking the loop. Cancelling the future cancels the job."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         self._check_process()
         if self._closed:
@@ -547,6 +557,8 @@ class _JobPool:
 
     async def aclose(self, drain: bool = True) -> None:
         """:meth:`close` without blocking the running event loop."""
+        import asyncio
+
         await asyncio.get_running_loop().run_in_executor(None, self.close, drain)
 
     def __enter__(self) -> Any:

@@ -6,11 +6,10 @@ See :class:`SandboxPool`; the outcome types and the routing machinery are in
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl import _core
 from agentrl._jobs import _JobPool
@@ -39,6 +38,9 @@ from agentrl.sandbox import (
     _relocate_argv0,
     _run_args,
 )
+
+if TYPE_CHECKING:  # asyncio is imported where a coroutine needs it (a cold start skips it)
+    import asyncio
 
 __all__ = [
     "JobExpired",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import subprocess
@@ -649,6 +648,8 @@ class Sandbox:
 
     async def arun(self, argv: Sequence[StrOrBytesPath], **kwargs: object) -> ExecResult:
         """:meth:`run` without blocking the event loop (runs on the loop's executor)."""
+        import asyncio  # on first use: a cold start that needs no event loop skips it
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, lambda: self.run(argv, **kwargs))  # type: ignore[arg-type]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
+import contextlib
 import functools
 import json
 import marshal
@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from importlib import _bootstrap_external  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def _harness_compiled() -> tuple[str, bytes]:
     compiling ~800 lines of source costs ~9 ms per run, loading the code object from a file
     well under 1 ms. Only valid for an interpreter of this very version (checked in the box:
     a mismatch is a masked run)."""
-    code = compile(_harness_source(), "<agentrl-harness>", "exec", optimize=2)
+    blob = _harness_blob()
     tag = sys.implementation.cache_tag
     loader = (
         "import sys, marshal, os\n"
@@ -94,7 +95,49 @@ def _harness_compiled() -> tuple[str, bytes]:
         "    exec(marshal.loads(_f.read()))\n"
         "del _f\n"
     )
-    return loader, marshal.dumps(code)
+    return loader, blob
+
+
+def _harness_blob() -> bytes:
+    """The harness compiled (``optimize=2``) and marshalled, with a bytecode cache.
+
+    Compiling it takes ~20 ms of every new process's start, before the first warm
+    interpreter can boot. The result is cached as Python caches modules' bytecode: in the
+    harness's ``__pycache__`` (``_box.<cache_tag>.agentrl-harness``), valid for this
+    interpreter's bytecode magic and the source's exact size and mtime; written atomically,
+    and silently skipped where the directory is not writable. The file is as trusted as the
+    ``.pyc`` files beside it (the same directory); anything that does not match is ignored
+    and compiled afresh.
+    """
+    src_path = Path(__file__).with_name("_box.py")
+    source = _harness_source()
+    try:
+        st = os.stat(src_path)
+        key = b"%s%d:%d:" % (_bootstrap_external.MAGIC_NUMBER, st.st_mtime_ns, st.st_size)
+        cache = (
+            src_path.parent / "__pycache__" / f"_box.{sys.implementation.cache_tag}.agentrl-harness"
+        )
+    except (OSError, AttributeError):
+        key = cache = None
+    if key is not None and cache is not None:
+        try:
+            data = cache.read_bytes()
+            if data.startswith(key) and len(source.encode("utf-8")) == st.st_size:
+                marshal.loads(data[len(key) :])  # a damaged file is compiled afresh
+                return data[len(key) :]
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+    blob = marshal.dumps(compile(source, "<agentrl-harness>", "exec", optimize=2))
+    if key is not None and cache is not None:
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        try:
+            cache.parent.mkdir(exist_ok=True)
+            tmp.write_bytes(key + blob)
+            os.replace(tmp, cache)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    return blob
 
 
 _PRELOAD_BUDGET = 100_000
@@ -497,6 +540,8 @@ class Evaluator:
     ) -> Judgement:
         """Judges one completion from a coroutine (asyncio or uvloop) without blocking the loop;
         the runs go to the pool. Cancelling the task cancels its runs."""
+        import asyncio  # on first use: `agentrl eval` and judge_many need no event loop
+
         _check_pair(task, completion)
         self._check_open()
         t = self._timeout if timeout is None else _check_timeout(timeout)
