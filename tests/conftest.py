@@ -292,6 +292,19 @@ def box(request: pytest.FixtureRequest, sb: Sandbox) -> Sandbox:
     return sb if request.param == "native" else request.getfixturevalue("nj")
 
 
+def sh_in_box(sb: Sandbox, path: str, script: str, **kw: object) -> ExecResult:
+    """Runs a shell script in a box of ``sb`` by ``path``: directly (``cold``), or from
+    ``run_python`` through ``subprocess`` (``warm``), with the script's exit code as the
+    run's."""
+    if path == "cold":
+        return sb.run(["/bin/sh", "-c", script], **kw)  # type: ignore[arg-type]
+    src = (
+        "import subprocess, sys\n"
+        f"sys.exit(subprocess.run(['/bin/sh', '-c', {script!r}]).returncode)\n"
+    )
+    return sb.run_python(src, **kw)  # type: ignore[arg-type]
+
+
 def native_runner(sb: Sandbox, path: str) -> Callable[..., ExecResult]:
     """Runs dedented Python source in a box of ``sb`` by ``path``: ``warm`` is
     ``run_python`` (a fork of the slot's warm interpreter), ``cold`` a fresh interpreter. The

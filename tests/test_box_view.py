@@ -8,6 +8,7 @@ the host can run the same command, the box's output must equal the host's.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -15,7 +16,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from agentrl import ExecResult, Limits, Sandbox
-from conftest import why
+from conftest import native_runner, sh_in_box, why
 
 GIB = 1 << 30
 LIMITS = Limits(
@@ -51,30 +51,7 @@ def vsb() -> Iterator[Sandbox]:
 
 def runner(sb: Sandbox, path: str) -> Runner:
     """``go(script, stdin=...)`` runs a shell script in a box by ``path``."""
-
-    def go(script: str, **kw: object) -> ExecResult:
-        if path == "cold":
-            return sb.run(["sh", "-c", script], **kw)  # type: ignore[arg-type]
-        source = (
-            "import subprocess, sys\n"
-            f"sys.exit(subprocess.run(['sh', '-c', {script!r}]).returncode)\n"
-        )
-        return sb.run_python(source, **kw)  # type: ignore[arg-type]
-
-    return go
-
-
-def py_runner(sb: Sandbox, path: str) -> Runner:
-    """``go(source, ...)`` runs dedented Python source in a box by ``path``."""
-
-    def go(source: str, **kw: object) -> ExecResult:
-        source = textwrap.dedent(source)
-        if path == "warm":
-            return sb.run_python(source, **kw)  # type: ignore[arg-type]
-        files = {**(kw.pop("files", None) or {}), "__main__.py": source}  # type: ignore[dict-item]
-        return sb.run([sb.python, "-I", "__main__.py"], files=files, **kw)  # type: ignore[arg-type]
-
-    return go
+    return functools.partial(sh_in_box, sb, path)
 
 
 @pytest.fixture(params=PATHS)
@@ -84,7 +61,7 @@ def sh(request: pytest.FixtureRequest, vsb: Sandbox) -> Runner:
 
 @pytest.fixture(params=PATHS)
 def pyr(request: pytest.FixtureRequest, vsb: Sandbox) -> Runner:
-    return py_runner(vsb, request.param)
+    return native_runner(vsb, request.param)
 
 
 def host(script: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
@@ -300,8 +277,8 @@ def test_pty_spawn_and_script(pyr: Runner) -> None:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_run_cannot_see_another_runs_terminals(vsb: Sandbox, path: str) -> None:
-    holder = py_runner(vsb, path)
-    other = py_runner(vsb, path)
+    holder = native_runner(vsb, path)
+    other = native_runner(vsb, path)
     held: list[ExecResult] = []
     t = threading.Thread(
         target=lambda: held.append(

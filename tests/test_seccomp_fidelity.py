@@ -30,22 +30,13 @@ from pathlib import Path
 
 import pytest
 from agentrl import ExecResult, Sandbox, Status
-from conftest import BOX_UID_BASE, ZYGOTE_MARK, _cmdline, status_ids, why
+from conftest import BOX_UID_BASE, ZYGOTE_MARK, _cmdline, sh_in_box, status_ids, why
 
 X86_64 = platform.machine() == "x86_64"
 PATHS = ["cold", "warm"]
 
 
-def sh(sb: Sandbox, path: str, script: str, **kw: object) -> ExecResult:
-    """Runs a shell script in the box: directly (cold), or from ``run_python`` through
-    ``subprocess`` (warm), with the script's exit code as the run's."""
-    if path == "cold":
-        return sb.run(["/bin/sh", "-c", script], **kw)  # type: ignore[arg-type]
-    src = (
-        "import subprocess, sys\n"
-        f"sys.exit(subprocess.run(['/bin/sh', '-c', {script!r}]).returncode)\n"
-    )
-    return sb.run_python(src, **kw)  # type: ignore[arg-type]
+sh = sh_in_box
 
 
 def py(sb: Sandbox, path: str, source: str, **kw: object) -> ExecResult:
