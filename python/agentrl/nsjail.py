@@ -49,9 +49,9 @@ How a run is built
   timestamps, is a backstop); the CPU-time limit counts every
   process of the run together through the cgroup's CPU accounting (``--rlimit_cpu`` is a
   per-process backstop); the file size limit is ``RLIMIT_FSIZE`` rounded up to 512 bytes;
-  ``--rlimit_nofile``; ``RLIMIT_CORE`` is 1 byte, soft and hard, set by the init (see
-  :data:`_INIT`: a limit of 0 does not stop a piped ``core_pattern``, which would start the
-  host's core handler as host root). The init and the program share ``max_pids``, the
+  ``--rlimit_nofile``; ``RLIMIT_CORE`` is 1 byte, soft and hard (see :data:`_INIT`: a limit
+  of 0 does not stop a piped ``core_pattern``, which would start the host's core handler as
+  host root). The init and the program share ``max_pids``, the
   memory limit and the CPU time. Output is captured here with the same caps; a stream past its
   cap ends the run (``output_limit``).
 * **Seccomp.** nsjail has no default policy; the backend compiles the native backend's policy
@@ -124,6 +124,7 @@ from agentrl.sandbox import (
     _python_argv,
     _python_files,
     _run_args,
+    _to_box_path,
 )
 
 __all__ = ["NsjailSandbox", "find_nsjail", "kafel_policy"]
@@ -182,11 +183,6 @@ def enc(a):
 fd, cwd, exe = int(sys.argv[1]), enc(sys.argv[2]), enc(sys.argv[3])
 args = [enc(a) for a in sys.argv[4:]]
 try:
-    import resource
-    resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
-except (ImportError, OSError, ValueError):
-    pass
-try:
     posix.chdir(cwd)
 except OSError as e:
     posix.write(fd, b"cwd %d\n" % (e.errno or 0))
@@ -229,25 +225,13 @@ program's raw wait status (or the errno of a failed chdir or execve) through a p
 passes in (``--pass_fd``); when it exits, the kernel kills whatever is left in the
 namespace.
 
-It also sets ``RLIMIT_CORE`` to 1 byte, soft and hard, for itself and the program. For a piped
+``RLIMIT_CORE`` is 1 byte, soft and hard, for the init and the program: for a piped
 ``kernel.core_pattern`` (systemd-coredump, apport) the kernel ignores the limit and starts the
 host's handler as host root, for a crash anywhere, unless the limit is exactly 1; a 1-byte core
-file is below the smallest the kernel writes, so no file appears either, and with the hard
-limit at 1 the program cannot raise it. nsjail's ``--rlimit_core`` counts whole MiB, so the jail
-gets the host's hard limit (``hard``) and the init lowers it (lowering needs no privilege; the
-host's hard limit is raised to 1 where it is 0, see :func:`_allow_no_core`)."""
-
-
-def _allow_no_core() -> None:
-    """Raises this process's hard ``RLIMIT_CORE`` to 1 where it is 0 (best effort: it needs
-    ``CAP_SYS_RESOURCE``), so that the box's init can set 1 byte (see :data:`_INIT`); the soft
-    limit, the host's own, is left as it is."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
-    if hard == 0:
-        with contextlib.suppress(OSError, ValueError):
-            resource.setrlimit(resource.RLIMIT_CORE, (soft, 1))
+file is below the smallest the kernel writes, so no file appears either. nsjail's
+``--rlimit_core`` counts whole MiB, so nsjail itself is started with the limit set
+(:data:`_WRAPPER`) and passes it on (``hard``); inside, the policy pins it (a program cannot
+change it, not even lower it to 0)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1280,7 +1264,6 @@ class NsjailSandbox(Sandbox):
                 raise ValueError(f"binds: nsjail cannot bind a path with ':' ({src} -> {t})")
             bind_list.append((src, t, rw))
         self._nsjail = os.path.abspath(nsjail) if nsjail is not None else find_nsjail()
-        _allow_no_core()
         if not os.access(self._nsjail, os.X_OK):
             raise SandboxError(f"nsjail ({self._nsjail}) is not executable")
         if os.geteuid() != 0:
@@ -1567,10 +1550,7 @@ class NsjailSandbox(Sandbox):
 
     def _in_box(self, host: str) -> str:
         """Where host path ``host`` (of the interpreter's installation) is seen in the box."""
-        for src, dst in self._relocated:
-            if host == src or host.startswith(src + "/"):
-                return dst + host[len(src) :]
-        return host
+        return _to_box_path(host, self._relocated)
 
     def _to_host(self, box: str, table: list[tuple[str, str]]) -> str | None:
         for _ in range(8):

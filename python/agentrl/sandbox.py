@@ -94,10 +94,7 @@ def _interpreter_layout(python: str) -> _InterpreterLayout:
             system.append(p)
 
     def to_box(path: str) -> str:
-        for src, dst in mapping.items():
-            if path == src or path.startswith(src + "/"):
-                return dst + path[len(src) :]
-        return path
+        return _to_box_path(path, mapping.items())
 
     dirs = []
     for d in (os.path.dirname(python), os.path.dirname(os.path.realpath(python))):
@@ -111,14 +108,19 @@ def _interpreter_layout(python: str) -> _InterpreterLayout:
     )
 
 
+def _to_box_path(path: str, relocated: Iterable[tuple[str, str]]) -> str:
+    """Where the box sees host ``path``, given the relocated installations ``(host path, box
+    path)``: ``path`` itself when it is under none of them."""
+    for src, dst in relocated:
+        if path == src or path.startswith(src + "/"):
+            return dst + path[len(src) :]
+    return path
+
+
 def _relocate_argv0(args: list[bytes], binds: Sequence[tuple[str, str, bool]]) -> None:
     """A host path of a relocated installation as ``argv[0]`` (``sys.executable`` of a venv
     under /work or /tmp, say) becomes the path where the box sees it: the same program."""
-    prog = os.fsdecode(args[0])
-    for src, dst, _ in binds:
-        if prog == src or prog.startswith(src + "/"):
-            args[0] = os.fsencode(dst + prog[len(src) :])
-            return
+    args[0] = os.fsencode(_to_box_path(os.fsdecode(args[0]), ((s, d) for s, d, _ in binds)))
 
 
 def _check_warm_interpreter(python: str) -> None:
