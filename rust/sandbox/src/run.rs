@@ -732,8 +732,13 @@ pub(crate) fn receive_listener(sock: BorrowedFd<'_>) -> RunResult<OwnedFd> {
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one valid pollfd.
-    let ready = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+    let ready = loop {
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            break n;
+        }
+    };
     if ready <= 0 {
         return Err("the box ended its set-up without handing over its seccomp listener".into());
     }
