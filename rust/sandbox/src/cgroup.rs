@@ -2501,8 +2501,7 @@ mod tests {
     /// Moves the calling thread into the slot (v1 `tasks`) or back to its own cgroups, as the
     /// sandbox's supervisor thread does on v1.
     fn move_this_thread(slot: &Slot, back: bool) {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
+        let tid = crate::sys::gettid();
         for d in slot.paths() {
             let target = if back {
                 d.parent().unwrap().parent().unwrap()

@@ -891,13 +891,7 @@ fn give_to(fd: BorrowedFd<'_>, id: u32) -> std::io::Result<()> {
 
 /// A close-on-exec memfd holding `data`, positioned at its start.
 pub(crate) fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
-    // SAFETY: NUL-terminated name; the fd is ours.
-    let fd = unsafe { libc::memfd_create(c"agentrl".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh fd.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = crate::sys::memfd_create(c"agentrl", libc::MFD_CLOEXEC)?;
     let fd = crate::mounts::write_all(fd, data)?;
     // SAFETY: valid fd.
     unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_SET) };

@@ -760,8 +760,7 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
     }
     if let Some(cg) = &slot.cgroup {
         let _ = cg.kill_all();
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
+        let tid = crate::sys::gettid();
         let _ = v1_move_thread(cg, tid, true);
     }
     drop(slot);
@@ -838,8 +837,7 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         Some((s, true)) => {
             // v1 lets one thread join a cgroup: boxes cloned from this thread start inside
             // it, with no per-run migration.
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() };
+            let tid = crate::sys::gettid();
             if let Err(e) = v1_move_thread(&s, tid, false) {
                 let _ = v1_move_thread(&s, tid, true);
                 return Err(Error::setup_io("joining the slot cgroup", e));

@@ -102,9 +102,78 @@ pub fn check(ret: RawResult) -> Result<usize, i32> {
     }
 }
 
+/// The calling thread's kernel thread id.
+///
+/// A raw system call rather than `libc::gettid`: glibc has that wrapper only since 2.30, and
+/// the wheel is built for manylinux_2_17, whose glibc does not export the symbol (a reference
+/// to it would make the extension fail to load there).
+#[inline]
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { syscall3(libc::SYS_gettid, 0, 0, 0) as libc::pid_t }
+}
+
+/// `memfd_create(2)`: a new anonymous file, as an owned fd.
+///
+/// A raw system call rather than `libc::memfd_create` (glibc 2.27+), for the reason given at
+/// [`gettid`].
+pub fn memfd_create(
+    name: &std::ffi::CStr,
+    flags: libc::c_uint,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `name` is NUL-terminated and outlives the call; the kernel only reads it.
+    let ret = unsafe {
+        syscall3(
+            libc::SYS_memfd_create,
+            name.as_ptr() as usize,
+            flags as usize,
+            0,
+        )
+    };
+    match check(ret) {
+        // SAFETY: a fresh fd that nothing else owns.
+        Ok(fd) => Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) }),
+        Err(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gettid_is_the_thread_id() {
+        // /proc/thread-self names the calling thread as "<pid>/task/<tid>".
+        fn from_proc() -> libc::pid_t {
+            let link = std::fs::read_link("/proc/thread-self").unwrap();
+            link.file_name().unwrap().to_str().unwrap().parse().unwrap()
+        }
+        assert_eq!(gettid(), from_proc());
+        let (theirs, proc_says) = std::thread::spawn(|| (gettid(), from_proc()))
+            .join()
+            .unwrap();
+        assert_eq!(theirs, proc_says);
+        assert_ne!(theirs, gettid());
+    }
+
+    #[test]
+    fn memfd_create_gives_a_cloexec_file() {
+        use std::io::{Read, Seek, Write};
+        use std::os::fd::AsRawFd;
+        let fd = memfd_create(c"t", libc::MFD_CLOEXEC).unwrap();
+        // SAFETY: F_GETFD on an fd we own.
+        let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) };
+        assert_eq!(fl & libc::FD_CLOEXEC, libc::FD_CLOEXEC);
+        let mut f = std::fs::File::from(fd);
+        f.write_all(b"abc").unwrap();
+        f.rewind().unwrap();
+        let mut s = String::new();
+        f.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "abc");
+        let e = memfd_create(c"t", 0xdead_0000).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    }
 
     #[test]
     fn getpid_matches_libc() {
