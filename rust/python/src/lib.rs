@@ -298,6 +298,13 @@ fn borrow(fd: i32) -> PyResult<BorrowedFd<'static>> {
 }
 
 /// Compiles the seccomp policies before the first fork.
+/// Raises SandboxError, in one line that names what is missing, unless this process may build
+/// boxes (root with CAP_SYS_ADMIN); every backend calls it first.
+#[pyfunction]
+fn check_privileges() -> PyResult<()> {
+    sb::privileges::check().map_err(to_py)
+}
+
 #[pyfunction]
 fn _zygote_init() {
     sb::zygote::interpreter_init();
@@ -424,6 +431,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySnapshot>()?;
     pool::register(m)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(check_privileges, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_serve, m)?)?;
