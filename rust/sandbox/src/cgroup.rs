@@ -918,6 +918,31 @@ fn make_base(parents: &[PathBuf], fake: bool, version: Version) -> Result<BaseDi
     )))
 }
 
+/// On a cgroup v2 host, the cgroup in which a sandbox's base goes when no parent is given (see
+/// the module docs; this may move our cgroup's processes into [`HOST_LEAF`]). `None` on a v1 or
+/// hybrid host. For other managers of cgroups (the nsjail backend), so that every backend
+/// places its cgroups alike.
+pub fn default_v2_parent_dir() -> Result<Option<PathBuf>, CgroupError> {
+    let root = Path::new(DEFAULT_ROOT);
+    if !root.join("cgroup.controllers").is_file() {
+        return Ok(None);
+    }
+    let self_cgroup = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| CgroupError::io("cannot read /proc/self/cgroup", e))?;
+    let rel = own_cgroup(&self_cgroup, None).ok_or_else(|| {
+        CgroupError::msg("/proc/self/cgroup has no cgroup v2 entry ('0::<path>')")
+    })?;
+    let own = resolve_own(root, rel, &|| {
+        fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
+    });
+    let me = std::process::id() as libc::pid_t;
+    Ok(Some(
+        match default_v2_parent(root, own, me, !is_cgroupfs(root))? {
+            Placement::Here(d) | Placement::Ancestor { dir: d, .. } => d,
+        },
+    ))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Manager.
 
