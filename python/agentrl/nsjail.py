@@ -684,10 +684,13 @@ class _Cgroups:
                 mount = mounts[c]
                 if parent is not None:
                     base = os.path.join(mount, parent.strip("/"))
+                elif c == "2":
+                    # Placed as the native backend places its cgroups (the Rust core decides).
+                    base = _core._cgroup_default_parent() or mount
                 else:
-                    own = _self_cgroup(None if c == "2" else c).strip("/")
+                    own = _self_cgroup(c).strip("/")
                     base = os.path.join(mount, own) if own else mount
-                    if not os.path.isdir(base) or (c == "2" and own and _procs_in(base)):
+                    if not os.path.isdir(base):
                         base = mount
                 d = os.path.join(base, name)
                 os.mkdir(d, 0o755)
@@ -712,10 +715,6 @@ class _Cgroups:
 
 
 _BASE_SEQ = itertools.count()
-
-
-def _procs_in(path: str) -> bool:
-    return bool((_read(os.path.join(path, "cgroup.procs")) or "").split())
 
 
 def _enable_v2_controllers(root: str, base: str) -> None:
@@ -1266,8 +1265,6 @@ class NsjailSandbox(Sandbox):
         self._nsjail = os.path.abspath(nsjail) if nsjail is not None else find_nsjail()
         if not os.access(self._nsjail, os.X_OK):
             raise SandboxError(f"nsjail ({self._nsjail}) is not executable")
-        if os.geteuid() != 0:
-            raise SandboxError("the nsjail backend needs root (cgroups and uid maps)")
         if shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin") is None:
             raise SandboxError(
                 "the nsjail backend needs util-linux's prlimit (to start jails with a 1-byte "

@@ -298,6 +298,23 @@ fn borrow(fd: i32) -> PyResult<BorrowedFd<'static>> {
 }
 
 /// Compiles the seccomp policies before the first fork.
+/// Raises SandboxError, in one line that names what is missing, unless this process may build
+/// boxes (root with CAP_SYS_ADMIN); every backend calls it first.
+#[pyfunction]
+fn check_privileges() -> PyResult<()> {
+    sb::privileges::check().map_err(to_py)
+}
+
+/// On a cgroup v2 host, the cgroup directory where a backend's cgroups go when the caller gave
+/// no parent (this process's own, its processes moved into a leaf where cgroup v2 requires
+/// it); `None` on cgroup v1.
+#[pyfunction]
+fn _cgroup_default_parent(py: Python<'_>) -> PyResult<Option<String>> {
+    py.detach(sb::cgroup::default_v2_parent_dir)
+        .map(|d| d.map(|p| p.to_string_lossy().into_owned()))
+        .map_err(|e| SandboxError::new_err(format!("cgroup placement: {e}")))
+}
+
 #[pyfunction]
 fn _zygote_init() {
     sb::zygote::interpreter_init();
@@ -424,6 +441,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySnapshot>()?;
     pool::register(m)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(check_privileges, m)?)?;
+    m.add_function(wrap_pyfunction!(_cgroup_default_parent, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_serve, m)?)?;

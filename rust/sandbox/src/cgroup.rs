@@ -27,14 +27,20 @@
 //! * v1: under this process's own cgroup in each hierarchy (from `/proc/self/cgroup`), so the
 //!   sandbox stays inside any limits that already apply to us (a container's memory limit, …).
 //!   v1 has no "no internal processes" rule, so this always works.
-//! * v2: under this process's own cgroup only if that cgroup has no processes (rare, since we
-//!   are in it) or is the root. Otherwise cgroup v2's "no internal processes" rule forbids
-//!   enabling controllers there, and the base goes directly under the hierarchy root (which
-//!   needs root privileges). Along the path from the root to the chosen parent, and in the base
-//!   itself, `+memory +pids` (required) and `+cpu` (when available) are written to
-//!   `cgroup.subtree_control` where missing. Users with a delegated subtree (e.g. systemd
-//!   `Delegate=yes`) pass it as `parent`; then nothing is written above it unless a controller
-//!   is missing there.
+//! * v2: under this process's own cgroup as well, so a service's or a container's limits bind
+//!   the boxes too. cgroup v2's "no internal processes" rule lets a cgroup enable controllers
+//!   for children only while it holds no processes, and ours holds at least this one, so:
+//!   a cgroup namespace's root (a container's own cgroup, e.g. Docker's default on v2), a
+//!   delegated cgroup (systemd `Delegate=yes`, marked `trusted.delegate`) or a cgroup whose
+//!   only process is this one (a service's main process) has its processes moved into its
+//!   leaf child `agentrl-host` ([`HOST_LEAF`]), and the base goes beside that leaf; every limit
+//!   of the cgroup still applies to all of them. A cgroup that also holds other programs'
+//!   processes and is not delegated (a login session's scope) is left alone: the base goes in
+//!   its nearest ancestor without processes (e.g. the user's slice), or the true root. Along
+//!   the path from the root to the chosen parent, and in the base itself, `+memory +pids`
+//!   (required) and `+cpu` (when available) are written to `cgroup.subtree_control` where
+//!   missing. Users with a delegated subtree of their own pass it as `parent`; then nothing
+//!   is written above it unless a controller is missing there.
 //!
 //! If the own-cgroup path from `/proc/self/cgroup` is not visible under the mount (a container
 //! without a cgroup namespace that bind-mounts its subtree), the mount's root from
@@ -101,6 +107,11 @@ pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
 
 /// Prefix of the private base cgroup's name: `agentrl-<pid>-<n>`.
 const BASE_PREFIX: &str = "agentrl-";
+
+/// On v2, the leaf cgroup the processes of our own cgroup move to when the sandbox's base must
+/// go in that cgroup (see [`Manager::new`]). Not a base name (`agentrl-<pid>-<n>`), so stale
+/// removal never takes it.
+pub const HOST_LEAF: &str = "agentrl-host";
 /// How long [`Slot::kill_all`] waits for killed processes to leave the cgroup.
 const KILL_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long removal retries `rmdir` while it answers `EBUSY` (processes still exiting).
@@ -642,6 +653,142 @@ fn has_processes(dir: &Path) -> Result<bool, CgroupError> {
         .is_some())
 }
 
+/// Where the base goes on v2 when no parent is given (see the module docs).
+#[derive(Debug, PartialEq)]
+enum Placement {
+    /// In this cgroup (our own, emptied into [`HOST_LEAF`] where needed, or the true root).
+    Here(PathBuf),
+    /// Our own cgroup `own` holds processes we may not move: its nearest ancestor `dir`
+    /// without processes.
+    Ancestor { own: PathBuf, dir: PathBuf },
+}
+
+/// Whether `dir` is the true root of the hierarchy (exempt from the "no internal processes"
+/// rule). The root of a cgroup namespace, as a container sees its own cgroup, is not: only
+/// non-root cgroups have a `cgroup.type` file.
+fn is_true_root(root: &Path, dir: &Path) -> bool {
+    dir == root && !dir.join("cgroup.type").exists()
+}
+
+/// Whether the cgroup `dir` was delegated to its processes: systemd (251+) marks the cgroup
+/// of a unit with `Delegate=yes` with the extended attribute `trusted.delegate` (or
+/// `user.delegate` for a user manager) set to `1`.
+fn is_delegated(dir: &Path) -> bool {
+    let Ok(path) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    [c"trusted.delegate", c"user.delegate"].iter().any(|name| {
+        let mut v = [0u8; 8];
+        // SAFETY: `path` and `name` are NUL-terminated; `v` is a writable buffer of the
+        // length passed.
+        let n =
+            unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
+        n > 0 && v[..n as usize].starts_with(b"1")
+    })
+}
+
+/// Moves every process of v2 cgroup `dir` into its leaf child [`HOST_LEAF`] (made if missing),
+/// so that `dir` may enable controllers for new children of its own. The processes stay
+/// inside `dir`'s subtree, so every limit that applied to them still does. Retries while
+/// processes keep arriving (forks during the move), within a bound.
+fn evacuate(dir: &Path, fake: bool) -> Result<(), CgroupError> {
+    let leaf = dir.join(HOST_LEAF);
+    match fs::create_dir(&leaf) {
+        Ok(()) if fake => fake_populate(&leaf, Version::V2).map_err(|e| {
+            CgroupError::io(format!("cannot populate fake cgroup {}", leaf.display()), e)
+        })?,
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(CgroupError::io(
+                format!(
+                    "cannot create cgroup {} to move this process's cgroup's processes into",
+                    leaf.display()
+                ),
+                e,
+            ))
+        }
+    }
+    let procs = leaf.join("cgroup.procs");
+    for _ in 0..100 {
+        let pids = parse_pids(read_path(&dir.join("cgroup.procs"))?.as_bytes());
+        if pids.is_empty() {
+            return Ok(());
+        }
+        for pid in pids {
+            match write_path(&procs, &pid.to_string(), false) {
+                Ok(()) => {}
+                Err(e) if errno(&e) == libc::ESRCH => {} // it exited meanwhile
+                Err(e) => {
+                    return Err(CgroupError::io(
+                        format!("cannot move process {pid} into {}", procs.display()),
+                        e,
+                    ))
+                }
+            }
+        }
+        if fake {
+            // The kernel moves them; a fake tree only records the writes.
+            write_path(&dir.join("cgroup.procs"), "", true)
+                .map_err(|e| CgroupError::io("cannot empty a fake cgroup.procs", e))?;
+        }
+    }
+    Err(CgroupError::msg(format!(
+        "processes keep appearing in {} while moving them into {}",
+        dir.display(),
+        leaf.display()
+    )))
+}
+
+/// Where the base goes on v2 without an explicit parent. Our own cgroup `own` keeps the
+/// sandbox inside every limit that applies to us, but cgroup v2's "no internal processes"
+/// rule lets a cgroup enable controllers for children only while it has no processes:
+///
+/// 1. `own` without processes (e.g. our [`HOST_LEAF`]'s parent, once emptied), or the true
+///    root: `own`.
+/// 2. `own` is ours to rearrange: a cgroup namespace's root (a container's own cgroup), a
+///    delegated cgroup (systemd `Delegate=yes`), or one whose only process is this one (a
+///    service's main process): its processes move into `own/agentrl-host`, then `own`.
+/// 3. Otherwise (other programs' processes in a cgroup not delegated to us, as a login
+///    session's scope): the nearest ancestor without processes, which keeps the sandbox
+///    inside the ancestors' limits (not `own`'s).
+fn default_v2_parent(
+    root: &Path,
+    own: PathBuf,
+    me: libc::pid_t,
+    fake: bool,
+) -> Result<Placement, CgroupError> {
+    // A process of ours moved into the leaf earlier: the cgroup to use is its parent.
+    let own = match (own.file_name(), own.parent()) {
+        (Some(n), Some(p)) if own != root && n == HOST_LEAF => p.to_path_buf(),
+        _ => own,
+    };
+    if is_true_root(root, &own) || !has_processes(&own)? {
+        return Ok(Placement::Here(own));
+    }
+    let pids = parse_pids(read_path(&own.join("cgroup.procs"))?.as_bytes());
+    if own == root || is_delegated(&own) || pids == [me] {
+        evacuate(&own, fake)?;
+        return Ok(Placement::Here(own));
+    }
+    let mut dir = own.clone();
+    while dir != root && dir.pop() {
+        if is_true_root(root, &dir) || !has_processes(&dir)? {
+            return Ok(Placement::Ancestor { own, dir });
+        }
+        if dir == root {
+            // A container's root (a cgroup namespace) with processes: the container is ours.
+            evacuate(&dir, fake)?;
+            return Ok(Placement::Ancestor { own, dir });
+        }
+    }
+    Err(CgroupError::msg(format!(
+        "cgroup {} is not below the cgroup v2 mount {}",
+        own.display(),
+        root.display()
+    )))
+}
+
 /// Makes sure the children of v2 cgroup `dir` get the required (and available optional)
 /// controllers, writing `cgroup.subtree_control` only where something is missing.
 fn ensure_controllers(dir: &Path, fake: bool) -> Result<(), CgroupError> {
@@ -771,6 +918,31 @@ fn make_base(parents: &[PathBuf], fake: bool, version: Version) -> Result<BaseDi
     )))
 }
 
+/// On a cgroup v2 host, the cgroup in which a sandbox's base goes when no parent is given (see
+/// the module docs; this may move our cgroup's processes into [`HOST_LEAF`]). `None` on a v1 or
+/// hybrid host. For other managers of cgroups (the nsjail backend), so that every backend
+/// places its cgroups alike.
+pub fn default_v2_parent_dir() -> Result<Option<PathBuf>, CgroupError> {
+    let root = Path::new(DEFAULT_ROOT);
+    if !root.join("cgroup.controllers").is_file() {
+        return Ok(None);
+    }
+    let self_cgroup = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| CgroupError::io("cannot read /proc/self/cgroup", e))?;
+    let rel = own_cgroup(&self_cgroup, None).ok_or_else(|| {
+        CgroupError::msg("/proc/self/cgroup has no cgroup v2 entry ('0::<path>')")
+    })?;
+    let own = resolve_own(root, rel, &|| {
+        fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
+    });
+    let me = std::process::id() as libc::pid_t;
+    Ok(Some(
+        match default_v2_parent(root, own, me, !is_cgroupfs(root))? {
+            Placement::Here(d) | Placement::Ancestor { dir: d, .. } => d,
+        },
+    ))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Manager.
 
@@ -855,20 +1027,24 @@ impl Manager {
                     )
                 })?;
                 let own = resolve_own(root, rel, mountinfo);
-                if own == root || !has_processes(&own)? {
-                    own
-                } else {
-                    fallback_from = Some(own);
-                    root.to_path_buf()
+                let me = std::process::id() as libc::pid_t;
+                match default_v2_parent(root, own, me, fake)? {
+                    Placement::Here(dir) => dir,
+                    Placement::Ancestor { own, dir } => {
+                        fallback_from = Some(own);
+                        dir
+                    }
                 }
             }
         };
-        Self::setup_v2(root, parent_dir, fake).map_err(|mut e| {
+        Self::setup_v2(root, parent_dir.clone(), fake).map_err(|mut e| {
             if let Some(own) = fallback_from {
                 e.what = format!(
-                    "this process's cgroup {} has processes, so controllers cannot be enabled \
-                     below it; using the hierarchy root instead failed: {}",
+                    "this process's cgroup {} also holds other processes and is not delegated, \
+                     so the sandbox goes in its nearest ancestor without processes, {}; that \
+                     failed: {} (pass cgroup_parent; see docs/deployment.md)",
                     own.display(),
+                    parent_dir.display(),
                     e.what
                 );
             }
@@ -1842,25 +2018,117 @@ mod tests {
     }
 
     #[test]
-    fn fake_v2_own_cgroup_with_processes_falls_back_to_root() {
+    fn fake_v2_own_cgroup_with_other_processes_goes_to_nearest_empty_ancestor() {
+        // A login session's scope: other programs' processes, not delegated.
         let t = fake_v2_root();
         fake_v2_dir(&t.0.join("a"), ALL, "", "");
-        fake_v2_dir(&t.0.join("a/b"), "cpu memory pids\n", "", "2147483632\n");
-        let m = Manager::build(&t.0, None, "0::/a/b\n", NO_MI).unwrap();
-        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0);
-        // Nothing was written below the root.
-        assert_eq!(get(&t.0.join("a/cgroup.subtree_control")), "");
+        fake_v2_dir(&t.0.join("a/b"), ALL, "", "");
+        fake_v2_dir(&t.0.join("a/b/c"), "cpu memory pids\n", "", "2147483632\n");
+        put(&t.0.join("a/b/cgroup.procs"), "2147483631\n");
+        let m = Manager::build(&t.0, None, "0::/a/b/c\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0.join("a"));
+        // Nothing was moved or enabled below the chosen ancestor.
+        assert_eq!(get(&t.0.join("a/b/c/cgroup.procs")), "2147483632\n");
         assert_eq!(get(&t.0.join("a/b/cgroup.subtree_control")), "");
+        assert!(!t.0.join("a/b/c").join(HOST_LEAF).exists());
+        assert_eq!(
+            tokens(&get(&t.0.join("a/cgroup.subtree_control"))),
+            ["cpu", "memory", "pids"]
+        );
+        // Every cgroup on the way has processes: the true root.
+        put(&t.0.join("a/cgroup.procs"), "2147483630\n");
+        let m = Manager::build(&t.0, None, "0::/a/b/c\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0);
     }
 
     #[test]
-    fn fake_v2_fallback_error_explains_why_root_was_tried() {
+    fn fake_v2_own_cgroup_with_only_this_process_is_emptied_into_a_leaf() {
+        // A service's main process alone in its cgroup: it moves into agentrl-host, and the
+        // sandbox stays inside the service's cgroup (and its limits).
+        let t = fake_v2_root();
+        fake_v2_dir(&t.0.join("system.slice"), ALL, "", "");
+        let svc = t.0.join("system.slice/x.service");
+        let me = std::process::id();
+        fake_v2_dir(&svc, ALL, "", &format!("{me}\n"));
+        let m = Manager::build(&t.0, None, "0::/system.slice/x.service\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), svc);
+        assert_eq!(get(&svc.join("cgroup.procs")), "");
+        assert_eq!(
+            get(&svc.join(HOST_LEAF).join("cgroup.procs")),
+            me.to_string()
+        );
+        assert_eq!(
+            tokens(&get(&svc.join("cgroup.subtree_control"))),
+            ["cpu", "memory", "pids"]
+        );
+        // A second sandbox of this process finds itself in the leaf: the same parent.
+        let m2 = Manager::build(
+            &t.0,
+            None,
+            &format!("0::/system.slice/x.service/{HOST_LEAF}\n"),
+            NO_MI,
+        )
+        .unwrap();
+        assert_eq!(m2.base_dirs()[0].parent().unwrap(), svc);
+    }
+
+    #[test]
+    fn fake_v2_container_root_with_processes_is_emptied_into_a_leaf() {
+        // Docker's default on v2: a private cgroup namespace whose root (not the true root:
+        // it has cgroup.type) holds the container's processes.
+        let t = fake_v2_root();
+        put(&t.0.join("cgroup.type"), "domain\n");
+        put(&t.0.join("cgroup.procs"), "1\n2147483632\n");
+        let m = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0);
+        assert_eq!(get(&t.0.join("cgroup.procs")), "");
+        assert!(t.0.join(HOST_LEAF).join("cgroup.procs").is_file());
+        assert_eq!(
+            tokens(&get(&t.0.join("cgroup.subtree_control"))),
+            ["cpu", "memory", "pids"]
+        );
+        // The true root is exempt from the rule: its processes stay where they are.
+        let t = fake_v2_root();
+        let m = Manager::build(&t.0, None, "0::/\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), t.0);
+        assert_eq!(get(&t.0.join("cgroup.procs")), "2147483632\n");
+        assert!(!t.0.join(HOST_LEAF).exists());
+    }
+
+    #[test]
+    fn fake_v2_delegated_own_cgroup_is_emptied_into_a_leaf() {
+        let t = fake_v2_root();
+        let svc = t.0.join("svc");
+        fake_v2_dir(&svc, ALL, "", "2147483631\n2147483632\n");
+        let path = CString::new(svc.as_os_str().as_bytes()).unwrap();
+        // SAFETY: NUL-terminated path and name; a 1-byte value of the length passed.
+        let r = unsafe {
+            libc::setxattr(
+                path.as_ptr(),
+                c"user.delegate".as_ptr(),
+                b"1".as_ptr().cast(),
+                1,
+                0,
+            )
+        };
+        if r != 0 {
+            eprintln!("skipped: no user xattrs on {}", svc.display());
+            return;
+        }
+        assert!(is_delegated(&svc));
+        let m = Manager::build(&t.0, None, "0::/svc\n", NO_MI).unwrap();
+        assert_eq!(m.base_dirs()[0].parent().unwrap(), svc);
+        assert_eq!(get(&svc.join("cgroup.procs")), "");
+    }
+
+    #[test]
+    fn fake_v2_fallback_error_explains_why_an_ancestor_was_tried() {
         let t = TempDir::new();
         // The root lacks `memory`, so the fallback fails.
         fake_v2_dir(&t.0, "cpu pids\n", "", "2147483632\n");
         fake_v2_dir(&t.0.join("a"), "cpu pids\n", "", "2147483632\n");
         let e = Manager::build(&t.0, None, "0::/a\n", NO_MI).unwrap_err();
-        assert!(e.what.contains("has processes"), "{e}");
+        assert!(e.what.contains("also holds other processes"), "{e}");
         assert!(
             e.what.contains("controller 'memory' is not available"),
             "{e}"

@@ -137,14 +137,7 @@ impl Sandbox {
         for (k, v) in &config.env {
             config::env_entry(k, v)?;
         }
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(Error::setup(
-                "agentrl's sandbox needs root (it creates mount, pid and network namespaces, maps \
-                 unprivileged host ids and manages cgroups); run as root or inside a container \
-                 that grants CAP_SYS_ADMIN",
-            ));
-        }
+        crate::privileges::check()?;
         let layout = Layout::discover(&config)?;
         let base_env = config
             .env
