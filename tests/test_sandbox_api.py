@@ -390,6 +390,34 @@ def test_per_run_limits_override(box):
         assert r.ok, why(r)
 
 
+def _exact_peak_expected() -> bool:
+    """Whether this kernel gives an exact per-run peak: cgroup v1, or v2 from Linux 6.12 on
+    (where a write to ``memory.peak`` resets it for the writer's fd)."""
+    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        return True
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    return (major, minor) >= (6, 12)
+
+
+@pytest.mark.parametrize("path", ["cold", "warm"])
+def test_peak_memory_is_per_run_and_says_whether_exact(box, path):
+    """A run's peak is its own: a small run after a 64 MiB one reports a small peak (a
+    lower bound, flagged as such, where the kernel cannot reset the counter)."""
+    big = "b = bytearray(64 << 20); b[::4096] = b'x' * len(b[::4096])"
+    run = (
+        (lambda src: box.run(["python3", "-c", src]))
+        if path == "cold"
+        else (lambda src: box.run_python(src))
+    )
+    r = run(big)
+    assert r.ok and r.peak_memory_bytes is not None, why(r)
+    assert r.peak_memory_bytes >= 64 << 20, r.peak_memory_bytes
+    small = run("print(1)")
+    assert small.ok and small.peak_memory_bytes is not None, why(small)
+    assert small.peak_memory_bytes < 32 << 20, small.peak_memory_bytes
+    assert small.peak_memory_exact is _exact_peak_expected()
+
+
 def test_result_fields_and_summary(box):
     r = py(box, "import sys; sys.stdout.write('x'); sys.stderr.write('y')")
     assert isinstance(r, ExecResult) and r.ok and r.status == "ok" and str(r.status) == "ok"

@@ -1984,6 +1984,7 @@ class NsjailSandbox(Sandbox):
             wall_time_s=wall,
             cpu_time_s=cpu,
             peak_memory_bytes=usage.get("peak"),
+            peak_memory_exact=usage.get("peak") is not None,  # a fresh cgroup per run
             limit=limit,
         )
 

@@ -55,6 +55,11 @@ class ExecResult:
     """CPU time of every process and thread of the run."""
     peak_memory_bytes: int | None = None
     """Peak memory of the run's cgroup."""
+    peak_memory_exact: bool = False
+    """``peak_memory_bytes`` is the run's exact peak. ``False`` where it is a lower bound (cgroup
+    v2 before Linux 6.12 cannot reset the peak counter per run: the largest usage sampled
+    about every 10 ms, or the counter where the run raised the slot's lifetime peak) or
+    absent."""
     limit: str | None = None
     """The limit that fired: wall_time, cpu_time, memory, output, pids or file_size."""
     denied_syscalls: tuple[str, ...] = ()
@@ -84,6 +89,7 @@ class ExecResult:
             wall_time_s=d["wall_time_s"],
             cpu_time_s=d["cpu_time_s"],
             peak_memory_bytes=d["peak_memory_bytes"],
+            peak_memory_exact=d["peak_memory_exact"],
             limit=d["limit"],
             denied_syscalls=tuple(d["denied_syscalls"]),
             files=d["files"],

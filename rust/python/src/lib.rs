@@ -250,6 +250,7 @@ fn result_dict<'py>(py: Python<'py>, r: sb::ExecResult) -> PyResult<Bound<'py, P
     d.set_item("wall_time_s", r.wall_time_s)?;
     d.set_item("cpu_time_s", r.cpu_time_s)?;
     d.set_item("peak_memory_bytes", r.peak_memory_bytes)?;
+    d.set_item("peak_memory_exact", r.peak_memory_exact)?;
     d.set_item("limit", r.limit.map(|l| l.as_str()))?;
     d.set_item("denied_syscalls", r.denied_syscalls)?;
     let files = PyDict::new(py);

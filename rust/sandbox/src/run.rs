@@ -293,8 +293,15 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     let mut out = Capture::new(out_r, l.max_output_bytes);
     let mut err = Capture::new(err_r, l.max_output_bytes);
     let cg = slot.cgroup.as_ref();
+    // Where the kernel cannot give an exact per-run peak (cgroup v2 before Linux 6.12), the
+    // slot's memory is sampled at every CPU-time poll (about every 10 ms) as a lower bound.
+    let sample = cg.is_some_and(|c| c.peak_memory_mode() != cgroup::PeakMemory::PerRun);
     let cpu_time = || -> Option<u64> {
-        let ns = cg?.cpu_time_ns().ok()?;
+        let c = cg?;
+        if sample {
+            let _ = c.sample_memory();
+        }
+        let ns = c.cpu_time_ns().ok()?;
         Some(ns.saturating_sub(thread_cpu_ns().saturating_sub(thread_cpu0)))
     };
     let w = supervise::watch(
@@ -314,6 +321,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     // A warm run's interpreter reaps the program and then its init: once it has reported,
     // nothing of the run is left to touch its files. It waits (allocating nothing) until
     // the files are freed below.
+    let was_warm = matches!(live.reaper, Reaper::Zygote);
     let warm_exit = match live.reaper {
         Reaper::Zygote => Some(zygote::wait_exit(slot)),
         Reaper::Wait4(_) => None,
@@ -407,11 +415,18 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         }
         None => rusage_cpu,
     };
-    let peak = usage
-        .as_ref()
-        .and_then(|u| u.peak_memory_bytes)
-        .map(|p| p.saturating_sub(baseline))
-        .or(Some(exit.rusage.ru_maxrss as u64 * 1024));
+    // The slot cgroup's figure (exact, or a lower bound where the kernel cannot reset the
+    // peak). Without a cgroup (degraded), the rusage of a warm run's fork (the interpreter's
+    // pages it shares count); a cold box's pid 1 starts as a CLONE_VM child of this process,
+    // so its rusage would be this process's size, and none is given.
+    let (peak, peak_exact) = match &usage {
+        Some(u) => (
+            u.peak_memory_bytes.map(|p| p.saturating_sub(baseline)),
+            u.peak_memory_exact,
+        ),
+        None if was_warm => (Some(exit.rusage.ru_maxrss as u64 * 1024), false),
+        None => (None, false),
+    };
     let st = exit.wait_status;
     let (exit_code, signal) = if libc::WIFEXITED(st) {
         (Some(libc::WEXITSTATUS(st)), None)
@@ -440,6 +455,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         wall_time_s: wall,
         cpu_time_s,
         peak_memory_bytes: peak,
+        peak_memory_exact: peak.is_some() && peak_exact,
         limit,
         denied_syscalls: w.denied,
         files,

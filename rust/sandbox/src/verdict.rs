@@ -82,6 +82,10 @@ pub struct ExecResult {
     pub wall_time_s: f64,
     pub cpu_time_s: f64,
     pub peak_memory_bytes: Option<u64>,
+    /// `true` when `peak_memory_bytes` is the run's exact peak; `false` when it is a lower
+    /// bound (cgroup v2 before Linux 6.12 cannot reset the peak counter per run: the largest
+    /// sampled usage) or absent.
+    pub peak_memory_exact: bool,
     /// The limit that decided the status (for `timeout`, `memory_limit`, `output_limit`), or
     /// another limit the run hit (`pids`, `file_size`).
     pub limit: Option<LimitKind>,
@@ -109,6 +113,7 @@ impl ExecResult {
             wall_time_s: 0.0,
             cpu_time_s: 0.0,
             peak_memory_bytes: None,
+            peak_memory_exact: false,
             limit: None,
             denied_syscalls: Vec::new(),
             files: Vec::new(),
