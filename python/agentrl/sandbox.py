@@ -428,7 +428,7 @@ class Sandbox:
     def __new__(cls, *args: object, backend: str = "native", **kwargs: object) -> Sandbox:
         if backend not in ("native", "nsjail"):
             raise ValueError(f"backend must be 'native' or 'nsjail', got {backend!r}")
-        _core.check_privileges()  # one clear line, before anything else can fail
+        _core.check_host()  # kernel and privileges: one clear line, before anything else
         if cls is Sandbox and backend == "nsjail":
             from agentrl.nsjail import NsjailSandbox
 

@@ -300,10 +300,10 @@ fn borrow(fd: i32) -> PyResult<BorrowedFd<'static>> {
 
 /// Compiles the seccomp policies before the first fork.
 /// Raises SandboxError, in one line that names what is missing, unless this process may build
-/// boxes (root with CAP_SYS_ADMIN); every backend calls it first.
+/// boxes (Linux 5.12+, root with CAP_SYS_ADMIN); every backend calls it first.
 #[pyfunction]
-fn check_privileges() -> PyResult<()> {
-    sb::privileges::check().map_err(to_py)
+fn check_host() -> PyResult<()> {
+    sb::preflight::check().map_err(to_py)
 }
 
 /// On a cgroup v2 host, the cgroup directory where a backend's cgroups go when the caller gave
@@ -442,7 +442,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySnapshot>()?;
     pool::register(m)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
-    m.add_function(wrap_pyfunction!(check_privileges, m)?)?;
+    m.add_function(wrap_pyfunction!(check_host, m)?)?;
     m.add_function(wrap_pyfunction!(_cgroup_default_parent, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;

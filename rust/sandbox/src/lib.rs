@@ -52,7 +52,7 @@ pub mod init;
 pub mod limits;
 pub mod mounts;
 pub mod net;
-pub mod privileges;
+pub mod preflight;
 mod retry;
 pub mod rlimit;
 mod run;

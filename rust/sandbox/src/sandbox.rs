@@ -137,7 +137,7 @@ impl Sandbox {
         for (k, v) in &config.env {
             config::env_entry(k, v)?;
         }
-        crate::privileges::check()?;
+        crate::preflight::check()?;
         let layout = Layout::discover(&config)?;
         let base_env = config
             .env

@@ -1,10 +1,16 @@
-//! The one privilege check every sandbox backend makes before anything else.
+//! The checks every sandbox backend makes before anything else: the kernel and the privileges.
 //!
 //! agentrl's boxes are built from namespaces (mount, pid, network, IPC, UTS, user), unused host
 //! uids mapped into the box, and cgroups: all of that needs root in the host's user namespace
-//! with `CAP_SYS_ADMIN` (the capability that `unshare`, `mount` and `setns` ask for). Without
-//! it nothing would work, and every later failure would name a different symptom; so this
-//! check runs first and says, in one line, what is missing and where to read more.
+//! with `CAP_SYS_ADMIN` (the capability that `unshare`, `mount` and `setns` ask for), on a
+//! kernel that has the calls the box is built with. Without them nothing would work, and every
+//! later failure would name a different symptom; so these checks run first and say, in one
+//! line, what is missing and where to read more.
+//!
+//! The oldest kernel is [`MIN_KERNEL`], 5.12: each box's root is made read-only with
+//! `mount_setattr` (5.12), on a tmpfs made with `fsopen`/`fsmount` (5.2), paths inside it are
+//! resolved with `openat2` (5.6), runs start with `clone3` and pidfds (5.3) into their cgroup.
+//! Newer features have fallbacks (see [`crate::cgroup`] for the peak memory counter).
 
 use crate::error::{Error, Result};
 
@@ -13,6 +19,27 @@ const CAP_SYS_ADMIN: u32 = 21;
 
 /// Where the documentation of running agentrl (root, containers, Kubernetes) lives.
 pub const DOCS: &str = "https://github.com/agentrl/agentrl/blob/main/docs/deployment.md";
+
+/// The oldest kernel the sandbox runs on (see the module docs).
+pub const MIN_KERNEL: (u32, u32) = (5, 12);
+
+/// `(major, minor)` of a kernel release string such as `6.1.0-57-amd64`.
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// Why this kernel is too old, or `None`.
+fn kernel_too_old(release: &str) -> Option<String> {
+    let v = kernel_version(release)?;
+    (v < MIN_KERNEL).then(|| {
+        format!(
+            "agentrl's sandbox needs Linux {}.{} or newer (this kernel is {release}): each box's \
+             root is made read-only with mount_setattr; see {DOCS}",
+            MIN_KERNEL.0, MIN_KERNEL.1
+        )
+    })
+}
 
 /// The effective capability set, from the `CapEff:` line of `/proc/self/status`.
 fn effective_caps(status: &str) -> Option<u64> {
@@ -44,6 +71,16 @@ fn missing(euid: u32, status: Option<&str>) -> Option<String> {
 
 /// Fails with one clear line when this process cannot build boxes (see the module docs).
 pub fn check() -> Result<()> {
+    // SAFETY: uname fills the plain-data struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut u) } == 0 {
+        // SAFETY: the kernel NUL-terminates `release` within the array.
+        let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+        if let Some(why) = kernel_too_old(&release.to_string_lossy()) {
+            return Err(Error::setup(why));
+        }
+    }
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     let status = std::fs::read_to_string("/proc/self/status").ok();
@@ -74,6 +111,23 @@ mod tests {
         let m = missing(0, Some(ROOT_NO_ADMIN)).unwrap();
         assert!(m.contains("root but lacks CAP_SYS_ADMIN"), "{m}");
         assert!(!m.contains('\n'), "one line: {m}");
+    }
+
+    #[test]
+    fn kernel_releases_are_compared_by_major_and_minor() {
+        assert_eq!(kernel_version("6.1.0-57-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("5.15.0-1234-azure"), Some((5, 15)));
+        assert_eq!(kernel_version("6.18.44-fc-v669"), Some((6, 18)));
+        assert_eq!(kernel_version("4.18.0-553.el8_10.x86_64"), Some((4, 18)));
+        assert_eq!(kernel_version("garbage"), None);
+        assert_eq!(kernel_too_old("5.12.0"), None);
+        assert_eq!(kernel_too_old("6.1.0-57-amd64"), None);
+        let m = kernel_too_old("5.10.0-46-amd64").unwrap();
+        assert!(
+            m.contains("Linux 5.12 or newer (this kernel is 5.10.0-46-amd64)"),
+            "{m}"
+        );
+        assert!(kernel_too_old("4.18.0-553.el8_10.x86_64").is_some());
     }
 
     #[test]
