@@ -165,9 +165,21 @@ impl Sandbox {
                 None
             }
             Err(e) => {
+                let read_only = e
+                    .source
+                    .as_ref()
+                    .is_some_and(|s| s.raw_os_error() == Some(libc::EROFS));
+                let hint = if read_only {
+                    "the cgroup file system is mounted read-only (as in a container started \
+                     without --privileged); "
+                } else {
+                    ""
+                };
                 return Err(Error::setup(format!(
-                    "{e}; memory and pids limits need cgroups (pass degraded=True to accept rlimit-only limits)"
-                )))
+                    "{e}; {hint}memory and pids limits need cgroups (pass degraded=True to \
+                     accept rlimit-only limits; see {})",
+                    crate::preflight::DOCS
+                )));
             }
         };
         let fd_room = crate::rlimit::make_room_for_slots(config.max_concurrency);
