@@ -18,6 +18,14 @@ import pytest
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the test drops root's privileges")
 
+
+def _kernel() -> tuple[int, int]:
+    major, minor = os.uname().release.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+OLD_KERNEL = _kernel() < (5, 12)
+
 DOCS = "https://github.com/agentrl/agentrl/blob/main/docs/deployment.md"
 
 MAKE_BOXES = textwrap.dedent(
@@ -46,6 +54,18 @@ def _no_sys_admin(*argv: str) -> list[str]:
     return [setpriv, "--bounding-set=-sys_admin", *argv]
 
 
+@pytest.mark.skipif(not OLD_KERNEL, reason="needs a kernel older than 5.12 (.ci/guest's 5.10)")
+def test_an_old_kernel_is_refused_at_once_naming_its_release() -> None:
+    from agentrl import Sandbox, SandboxError
+
+    with pytest.raises(SandboxError) as e:
+        Sandbox()
+    msg = str(e.value)
+    assert f"needs Linux 5.12 or newer (this kernel is {os.uname().release})" in msg, msg
+    assert DOCS in msg and "\n" not in msg, msg
+
+
+@pytest.mark.skipif(OLD_KERNEL, reason="the kernel check comes first on this kernel")
 @pytest.mark.parametrize("who", ["root-without-cap-sys-admin", "nobody"])
 def test_every_constructor_fails_with_one_line_naming_what_is_missing(who: str) -> None:
     argv = [sys.executable, "-c", MAKE_BOXES, who]
@@ -62,6 +82,7 @@ def test_every_constructor_fails_with_one_line_naming_what_is_missing(who: str) 
     assert len(set(lines)) == 1, "the same message from every backend"
 
 
+@pytest.mark.skipif(OLD_KERNEL, reason="the kernel check comes first on this kernel")
 def test_cli_prints_the_line_without_a_traceback() -> None:
     out = subprocess.run(
         _no_sys_admin(sys.executable, "-m", "agentrl", "run", "--", "/bin/true"),

@@ -138,7 +138,10 @@ def test_memory_bomb(run_py, kind):
         assert r.status is Status.MEMORY_LIMIT and r.limit == "memory", why(r)
     if is_nsjail(run_py):  # read from the run's own cgroup, which outlives the run
         assert r.peak_memory_bytes is not None
-    assert r.peak_memory_bytes is None or r.peak_memory_bytes <= (129 << 20)
+    # cgroup v2 lets a task that is being OOM-killed charge past memory.max while it exits (the
+    # kernel forces the charges of dying tasks), so its peak may pass the limit by a few MiB.
+    slack = (8 << 20) if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else (1 << 20)
+    assert r.peak_memory_bytes is None or r.peak_memory_bytes <= (128 << 20) + slack, why(r)
 
 
 def test_oom_killed_child_is_a_memory_limit(run_py):

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 from agentrl import AgentRLError, Bind, ExecResult, Limits, Sandbox, SandboxError, Status
-from conftest import DEFAULT_LIMITS, assert_host_clean, out, py, wait_box_started, why
+from conftest import (
+    DEFAULT_LIMITS,
+    assert_host_clean,
+    is_nsjail,
+    out,
+    py,
+    wait_box_started,
+    why,
+)
 
 FIELDS = [f.name for f in dataclasses.fields(Limits)]
 FLOAT_FIELDS = ["wall_time_s", "cpu_time_s"]
@@ -95,7 +103,8 @@ def test_a_runs_tmpfs_is_freed_before_the_next_run(warm):
         for _ in range(3):
             f = run(fill)
             assert f.ok and f.stdout == b"filled\n", why(f)
-            assert f.peak_memory_bytes >= 40 << 20
+            # Where the kernel gives only a lower bound (cgroup v2 before 6.12), not checked.
+            assert f.peak_memory_bytes >= 40 << 20 or not f.peak_memory_exact
             h = run(hog)
             assert h.ok and h.stdout == b"41943040\n", why(h)
             assert h.peak_memory_bytes < 60 << 20, h.peak_memory_bytes
@@ -415,7 +424,8 @@ def test_peak_memory_is_per_run_and_says_whether_exact(box, path):
     small = run("print(1)")
     assert small.ok and small.peak_memory_bytes is not None, why(small)
     assert small.peak_memory_bytes < 32 << 20, small.peak_memory_bytes
-    assert small.peak_memory_exact is _exact_peak_expected()
+    # The nsjail backend gives every run a fresh cgroup: exact on every kernel.
+    assert small.peak_memory_exact is (is_nsjail(box) or _exact_peak_expected())
 
 
 def test_result_fields_and_summary(box):
