@@ -496,7 +496,8 @@ def test_concurrent_runs_are_isolated(sb):
     for t in threads:
         t.join()
     assert not errors, errors[:3]
-    assert time.monotonic() - t0 < 60
+    # 160 runs on 16 threads: a minute is a stall, not load (scaled for the emulated guests).
+    assert time.monotonic() - t0 < 60 * float(os.environ.get("AGENTRL_TEST_TIME_SCALE", "1"))
     assert_host_clean()
 
 
