@@ -298,7 +298,6 @@ fn borrow(fd: i32) -> PyResult<BorrowedFd<'static>> {
     Ok(unsafe { BorrowedFd::borrow_raw(fd) })
 }
 
-/// Compiles the seccomp policies before the first fork.
 /// Raises SandboxError, in one line that names what is missing, unless this process may build
 /// boxes (Linux 5.12+, root with CAP_SYS_ADMIN); every backend calls it first.
 #[pyfunction]
@@ -316,6 +315,7 @@ fn _cgroup_default_parent(py: Python<'_>) -> PyResult<Option<String>> {
         .map_err(|e| SandboxError::new_err(format!("cgroup placement: {e}")))
 }
 
+/// Compiles the seccomp policies before the first fork.
 #[pyfunction]
 fn _zygote_init() {
     sb::zygote::interpreter_init();

@@ -918,6 +918,33 @@ fn make_base(parents: &[PathBuf], fake: bool, version: Version) -> Result<BaseDi
     )))
 }
 
+/// This process's own v2 cgroup (from the text of `/proc/self/cgroup`) and where the base goes
+/// without an explicit parent ([`default_v2_parent`]).
+fn own_v2_placement(
+    root: &Path,
+    self_cgroup: &str,
+    mountinfo: &dyn Fn() -> String,
+    fake: bool,
+) -> Result<Placement, CgroupError> {
+    let rel = own_cgroup(self_cgroup, None).ok_or_else(|| {
+        CgroupError::msg(
+            "/proc/self/cgroup has no cgroup v2 entry ('0::<path>'); is this process in the \
+             unified hierarchy?",
+        )
+    })?;
+    let own = resolve_own(root, rel, mountinfo);
+    default_v2_parent(root, own, std::process::id() as libc::pid_t, fake)
+}
+
+fn read_self_cgroup() -> Result<String, CgroupError> {
+    fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| CgroupError::io("cannot read /proc/self/cgroup", e))
+}
+
+fn read_mountinfo() -> String {
+    fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
+}
+
 /// On a cgroup v2 host, the cgroup in which a sandbox's base goes when no parent is given (see
 /// the module docs; this may move our cgroup's processes into [`HOST_LEAF`]). `None` on a v1 or
 /// hybrid host. For other managers of cgroups (the nsjail backend), so that every backend
@@ -927,20 +954,15 @@ pub fn default_v2_parent_dir() -> Result<Option<PathBuf>, CgroupError> {
     if !root.join("cgroup.controllers").is_file() {
         return Ok(None);
     }
-    let self_cgroup = fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| CgroupError::io("cannot read /proc/self/cgroup", e))?;
-    let rel = own_cgroup(&self_cgroup, None).ok_or_else(|| {
-        CgroupError::msg("/proc/self/cgroup has no cgroup v2 entry ('0::<path>')")
-    })?;
-    let own = resolve_own(root, rel, &|| {
-        fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
-    });
-    let me = std::process::id() as libc::pid_t;
-    Ok(Some(
-        match default_v2_parent(root, own, me, !is_cgroupfs(root))? {
-            Placement::Here(d) | Placement::Ancestor { dir: d, .. } => d,
-        },
-    ))
+    let placement = own_v2_placement(
+        root,
+        &read_self_cgroup()?,
+        &read_mountinfo,
+        !is_cgroupfs(root),
+    )?;
+    Ok(Some(match placement {
+        Placement::Here(d) | Placement::Ancestor { dir: d, .. } => d,
+    }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -974,11 +996,7 @@ impl Manager {
     /// [`Manager::new`] with another cgroup root, e.g. a fake tree for tests (see the module
     /// docs on fake mode).
     pub fn with_root(root: &Path, parent: Option<&Path>) -> Result<Manager, CgroupError> {
-        let self_cgroup = fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| CgroupError::io("cannot read /proc/self/cgroup", e))?;
-        let m = Self::build(root, parent, &self_cgroup, &|| {
-            fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()
-        })?;
+        let m = Self::build(root, parent, &read_self_cgroup()?, &read_mountinfo)?;
         m.remove_stale();
         Ok(m)
     }
@@ -1019,23 +1037,13 @@ impl Manager {
                 }
                 p
             }
-            None => {
-                let rel = own_cgroup(self_cgroup, None).ok_or_else(|| {
-                    CgroupError::msg(
-                        "/proc/self/cgroup has no cgroup v2 entry ('0::<path>'); is this \
-                         process in the unified hierarchy?",
-                    )
-                })?;
-                let own = resolve_own(root, rel, mountinfo);
-                let me = std::process::id() as libc::pid_t;
-                match default_v2_parent(root, own, me, fake)? {
-                    Placement::Here(dir) => dir,
-                    Placement::Ancestor { own, dir } => {
-                        fallback_from = Some(own);
-                        dir
-                    }
+            None => match own_v2_placement(root, self_cgroup, mountinfo, fake)? {
+                Placement::Here(dir) => dir,
+                Placement::Ancestor { own, dir } => {
+                    fallback_from = Some(own);
+                    dir
                 }
-            }
+            },
         };
         Self::setup_v2(root, parent_dir.clone(), fake).map_err(|mut e| {
             if let Some(own) = fallback_from {
