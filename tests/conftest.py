@@ -8,6 +8,7 @@ and cgroup directories.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import sys
@@ -38,6 +39,16 @@ if os.environ.get("AGENTRL_TEST_INSTALLED") == "1":
 BOX_UID_BASE = 0x5A000000
 BOX_UID_RANGE = 4096
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_V2 = (CGROUP_ROOT / "cgroup.controllers").is_file()
+"""A pure cgroup v2 hierarchy is mounted (else cgroup v1, as on this project's own machines)."""
+
+
+def kernel_version() -> tuple[int, int]:
+    """``(major, minor)`` of the running kernel (``6.1.0-57-amd64`` gives ``(6, 1)``)."""
+    major, minor = re.split(r"\D+", os.uname().release)[:2]
+    return int(major), int(minor)
+
+
 ZYGOTE_MARK = "_agentrl_zygote"
 SESSION_MARK = f"agentrl-test-{os.getpid()}-{secrets.token_hex(4)}"
 """Value of ``AGENTRL_TEST_MARK`` in the environment of every box of the session sandbox."""

@@ -19,11 +19,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from agentrl import ExecResult, Limits, Sandbox
-from conftest import native_runner, sh_in_box, why
+from conftest import CGROUP_V2, native_runner, sh_in_box, why
 
 GIB = 1 << 30
 LIMITS = Limits(
@@ -38,7 +37,6 @@ LIMITS = Limits(
 )
 PATHS = ["cold", "warm"]
 HAS_JAVA = shutil.which("java") is not None and shutil.which("javac") is not None
-CGROUP_V2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
 
 Runner = Callable[..., ExecResult]
 

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 from agentrl import Limits, Sandbox, SandboxError, Status
+from conftest import CGROUP_ROOT as ROOT
+from conftest import CGROUP_V2
 
-ROOT = Path("/sys/fs/cgroup")
 LAYOUT = os.environ.get("AGENTRL_GUEST_LAYOUT")
 
 pytestmark = [
-    pytest.mark.skipif(
-        not (ROOT / "cgroup.controllers").is_file(), reason="needs a cgroup v2 hierarchy"
-    ),
+    pytest.mark.skipif(not CGROUP_V2, reason="needs a cgroup v2 hierarchy"),
     pytest.mark.skipif(
         LAYOUT is None, reason="rearranges the host's cgroups: only in .ci/guest's guests"
     ),

@@ -15,16 +15,12 @@ import sys
 import textwrap
 
 import pytest
+from conftest import kernel_version
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the test drops root's privileges")
 
 
-def _kernel() -> tuple[int, int]:
-    major, minor = os.uname().release.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
-OLD_KERNEL = _kernel() < (5, 12)
+OLD_KERNEL = kernel_version() < (5, 12)
 
 DOCS = "https://github.com/agentrl/agentrl/blob/main/docs/deployment.md"
 

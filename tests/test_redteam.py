@@ -32,6 +32,7 @@ from agentrl import Sandbox, Status
 from conftest import (
     BOX_UID_BASE,
     BOX_UID_RANGE,
+    CGROUP_V2,
     DEFAULT_LIMITS,
     assert_host_clean,
     host_proc_count,
@@ -140,7 +141,7 @@ def test_memory_bomb(run_py, kind):
         assert r.peak_memory_bytes is not None
     # cgroup v2 lets a task that is being OOM-killed charge past memory.max while it exits (the
     # kernel forces the charges of dying tasks), so its peak may pass the limit by a few MiB.
-    slack = (8 << 20) if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else (1 << 20)
+    slack = (8 << 20) if CGROUP_V2 else (1 << 20)
     assert r.peak_memory_bytes is None or r.peak_memory_bytes <= (128 << 20) + slack, why(r)
 
 

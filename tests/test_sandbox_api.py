@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 from agentrl import AgentRLError, Bind, ExecResult, Limits, Sandbox, SandboxError, Status
 from conftest import (
+    CGROUP_V2,
     DEFAULT_LIMITS,
     assert_host_clean,
     is_nsjail,
+    kernel_version,
     out,
     py,
     wait_box_started,
@@ -402,10 +404,7 @@ def test_per_run_limits_override(box):
 def _exact_peak_expected() -> bool:
     """Whether this kernel gives an exact per-run peak: cgroup v1, or v2 from Linux 6.12 on
     (where a write to ``memory.peak`` resets it for the writer's fd)."""
-    if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        return True
-    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-    return (major, minor) >= (6, 12)
+    return not CGROUP_V2 or kernel_version() >= (6, 12)
 
 
 @pytest.mark.parametrize("path", ["cold", "warm"])
