@@ -401,6 +401,18 @@ def test_per_run_limits_override(box):
         assert r.ok, why(r)
 
 
+def test_a_wall_limit_that_passes_during_start_up_still_kills(box):
+    """A wall limit shorter than the box's own start-up: the kill comes while the box is being
+    set up (for nsjail: before its jail has joined the run's cgroup) and must still land then,
+    not at some later backstop (nsjail's own whole-second --time_limit)."""
+    scale = float(os.environ.get("AGENTRL_TEST_TIME_SCALE", "1"))
+    limits = DEFAULT_LIMITS.replace(wall_time_s=0.02)
+    for _ in range(10):
+        r = box.run(["sleep", "5"], limits=limits)
+        assert r.status is Status.TIMEOUT and r.limit == "wall_time", why(r)
+        assert r.wall_time_s < 1.0 * scale, why(r)
+
+
 def _exact_peak_expected() -> bool:
     """Whether this kernel gives an exact per-run peak: cgroup v1, or v2 from Linux 6.12 on
     (where a write to ``memory.peak`` resets it for the writer's fd)."""

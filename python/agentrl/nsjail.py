@@ -1836,6 +1836,11 @@ class NsjailSandbox(Sandbox):
                     if now > killed_at + 2.0:  # nsjail itself does not go: take it down too
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(proc.pid, signal.SIGKILL)
+                    elif cg is not None:
+                        # Again until nsjail is gone: a kill that came while nsjail was still
+                        # setting up found its jail not yet in the cgroup, and the jail would
+                        # then run on until nsjail's own whole-second --time_limit.
+                        cg.kill(exclude=proc.pid)
                 else:
                     timeout = max(0.0, min(deadline - now, _POLL_S if cg is not None else 0.05))
                 if pidfd is None and exited_at is None:
