@@ -53,9 +53,14 @@ ZYGOTE_MARK = "_agentrl_zygote"
 SESSION_MARK = f"agentrl-test-{os.getpid()}-{secrets.token_hex(4)}"
 """Value of ``AGENTRL_TEST_MARK`` in the environment of every box of the session sandbox."""
 
+TIME_SCALE = float(os.environ.get("AGENTRL_TEST_TIME_SCALE", "1"))
+"""How much slower than native this machine runs programs (``.ci/guest-matrix`` sets 10 for its
+emulated guests): the tests' time limits for runs that must finish, and their wall-clock
+bounds, are multiplied by it."""
+
 DEFAULT_LIMITS = Limits(
-    wall_time_s=10.0,
-    cpu_time_s=5.0,
+    wall_time_s=10.0 * TIME_SCALE,
+    cpu_time_s=5.0 * TIME_SCALE,
     memory_bytes=256 << 20,
     max_pids=32,
     max_output_bytes=1 << 20,
