@@ -26,11 +26,9 @@ own socket.
 
 from __future__ import annotations
 
-import ast
 import binascii
 import builtins
 import contextlib
-import ctypes
 import gc
 import json
 import marshal
@@ -633,116 +631,133 @@ class _Cases:
                 self.state[i] = [False, cls, exc, _short(f"{self.texts[i]}\n  {detail}", 1200), tb]
 
 
-class _Rewriter(ast.NodeTransformer):
-    """Turns each non-constant ``assert`` into a separately judged case."""
+_Rewriter = None
 
-    def __init__(self, source):
-        self.lines = source.splitlines(keepends=True)
-        self.texts = []
-        self.in_loop = []
-        self.loops = 0
-        self.funcs = 0
 
-    def _nested(self, node):
-        self.loops += 1
-        self.generic_visit(node)
-        self.loops -= 1
-        return node
+def _rewriter():
+    """The assert-rewriting transformer (made on first use: only the host and a one-run
+    judge compile tests; a warm interpreter that only forks candidates never imports ast)."""
+    global _Rewriter
+    if _Rewriter is not None:
+        return _Rewriter
+    import ast
 
-    visit_For = visit_While = visit_AsyncFor = _nested
+    class _Rewriter(ast.NodeTransformer):
+        """Turns each non-constant ``assert`` into a separately judged case."""
 
-    def visit_FunctionDef(self, node):
-        self.funcs += 1
-        self.generic_visit(node)
-        self.funcs -= 1
-        return node
+        def __init__(self, source):
+            self.lines = source.splitlines(keepends=True)
+            self.texts = []
+            self.in_loop = []
+            self.loops = 0
+            self.funcs = 0
 
-    visit_AsyncFunctionDef = visit_FunctionDef
-
-    def generic_visit(self, node):
-        # An assert is a statement: only lists of statements (and the except handlers and
-        # match cases holding them) can contain one, so expressions are not walked (most of
-        # a test's nodes; a lambda holds no statement).
-        for field in node._fields:
-            old = getattr(node, field, None)
-            if type(old) is not list or not old:
-                continue
-            if isinstance(old[0], ast.stmt):
-                setattr(node, field, [self.visit(s) for s in old])
-            elif isinstance(old[0], (ast.excepthandler, ast.match_case)):
-                for h in old:
-                    self.generic_visit(h)
-        return node
-
-    def _segment(self, node):
-        try:
-            first, last = node.lineno - 1, node.end_lineno - 1
-            if first == last:
-                return self.lines[first].encode()[node.col_offset : node.end_col_offset].decode()
-            parts = [self.lines[first].encode()[node.col_offset :].decode()]
-            parts += self.lines[first + 1 : last]
-            parts.append(self.lines[last].encode()[: node.end_col_offset].decode())
-            return "".join(parts)
-        except (IndexError, TypeError, UnicodeDecodeError):
-            return None
-
-    def visit_Assert(self, node):
-        if isinstance(node.test, ast.Constant):
+        def _nested(self, node):
+            self.loops += 1
+            self.generic_visit(node)
+            self.loops -= 1
             return node
-        i = len(self.texts)
-        text = self._segment(node) or ast.unparse(node)
-        self.texts.append(_short(" ".join(text.split()), 500))
-        self.in_loop.append(self.loops > 0 or self.funcs > 1)
 
-        # Every node made here gets the assert's own location (what fix_missing_locations
-        # would give them, without its walk of the whole tree).
-        loc = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+        visit_For = visit_While = visit_AsyncFor = _nested
 
-        def at(new):
-            new.lineno, new.col_offset, new.end_lineno, new.end_col_offset = loc
-            return new
+        def visit_FunctionDef(self, node):
+            self.funcs += 1
+            self.generic_visit(node)
+            self.funcs -= 1
+            return node
 
-        name = at(ast.Name(id="_agentrl_e", ctx=ast.Load()))
-        cases = at(ast.Name(id="_agentrl_cases", ctx=ast.Load()))
-        value = at(ast.Name(id="_agentrl_v", ctx=ast.Load()))
-        msg = at(ast.Constant(None))
-        if node.msg is not None:
-            no_args = ast.arguments(
-                posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]
-            )
-            msg = at(ast.Lambda(args=no_args, body=node.msg))
+        visit_AsyncFunctionDef = visit_FunctionDef
 
-        def call(method, *args):
-            return at(
-                ast.Expr(
-                    at(
-                        ast.Call(
-                            at(ast.Attribute(cases, method, ast.Load())),
-                            [at(ast.Constant(i)), *args],
-                            [],
+        def generic_visit(self, node):
+            # An assert is a statement: only lists of statements (and the except handlers and
+            # match cases holding them) can contain one, so expressions are not walked (most of
+            # a test's nodes; a lambda holds no statement).
+            for field in node._fields:
+                old = getattr(node, field, None)
+                if type(old) is not list or not old:
+                    continue
+                if isinstance(old[0], ast.stmt):
+                    setattr(node, field, [self.visit(s) for s in old])
+                elif isinstance(old[0], (ast.excepthandler, ast.match_case)):
+                    for h in old:
+                        self.generic_visit(h)
+            return node
+
+        def _segment(self, node):
+            try:
+                first, last = node.lineno - 1, node.end_lineno - 1
+                if first == last:
+                    return (
+                        self.lines[first].encode()[node.col_offset : node.end_col_offset].decode()
+                    )
+                parts = [self.lines[first].encode()[node.col_offset :].decode()]
+                parts += self.lines[first + 1 : last]
+                parts.append(self.lines[last].encode()[: node.end_col_offset].decode())
+                return "".join(parts)
+            except (IndexError, TypeError, UnicodeDecodeError):
+                return None
+
+        def visit_Assert(self, node):
+            if isinstance(node.test, ast.Constant):
+                return node
+            i = len(self.texts)
+            text = self._segment(node) or ast.unparse(node)
+            self.texts.append(_short(" ".join(text.split()), 500))
+            self.in_loop.append(self.loops > 0 or self.funcs > 1)
+
+            # Every node made here gets the assert's own location (what fix_missing_locations
+            # would give them, without its walk of the whole tree).
+            loc = (node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+
+            def at(new):
+                new.lineno, new.col_offset, new.end_lineno, new.end_col_offset = loc
+                return new
+
+            name = at(ast.Name(id="_agentrl_e", ctx=ast.Load()))
+            cases = at(ast.Name(id="_agentrl_cases", ctx=ast.Load()))
+            value = at(ast.Name(id="_agentrl_v", ctx=ast.Load()))
+            msg = at(ast.Constant(None))
+            if node.msg is not None:
+                no_args = ast.arguments(
+                    posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]
+                )
+                msg = at(ast.Lambda(args=no_args, body=node.msg))
+
+            def call(method, *args):
+                return at(
+                    ast.Expr(
+                        at(
+                            ast.Call(
+                                at(ast.Attribute(cases, method, ast.Load())),
+                                [at(ast.Constant(i)), *args],
+                                [],
+                            )
                         )
                     )
                 )
+
+            target = at(ast.Name(id="_agentrl_v", ctx=ast.Store()))
+            handler = ast.ExceptHandler(
+                type=at(ast.Name(id="BaseException", ctx=ast.Load())),
+                name="_agentrl_e",
+                body=[call("raised", name)],
+            )
+            return at(
+                ast.Try(
+                    body=[at(ast.Assign([target], node.test))],
+                    handlers=[at(handler)],
+                    orelse=[call("passed", value, msg)],
+                    finalbody=[],
+                )
             )
 
-        target = at(ast.Name(id="_agentrl_v", ctx=ast.Store()))
-        handler = ast.ExceptHandler(
-            type=at(ast.Name(id="BaseException", ctx=ast.Load())),
-            name="_agentrl_e",
-            body=[call("raised", name)],
-        )
-        return at(
-            ast.Try(
-                body=[at(ast.Assign([target], node.test))],
-                handlers=[at(handler)],
-                orelse=[call("passed", value, msg)],
-                finalbody=[],
-            )
-        )
+    return _Rewriter
 
 
 def _prompt_statements(prompt):
     """The prompt's top-level statements (of its longest prefix that parses)."""
+    import ast
+
     lines = prompt.split("\n")
     for end in range(len(lines), 0, -1):
         try:
@@ -761,12 +776,14 @@ def prepare(prompt, test):
     than once. Raises ``SyntaxError`` when the tests do not compile. The host calls this once
     per task and sends the code objects marshalled; the box calls it for other interpreters.
     """
+    import ast
+
     codes = []
     for stmt in _prompt_statements(prompt):
         with contextlib.suppress(SyntaxError, ValueError):
             codes.append(compile(ast.Module([stmt], []), "<prompt>", "exec"))
     tree = ast.parse(test)
-    rw = _Rewriter(test)
+    rw = _rewriter()(test)
     tree = rw.visit(tree)
     return codes, compile(tree, _TEST_FILENAME, "exec"), rw.texts, rw.in_loop
 
@@ -784,18 +801,21 @@ def _harness_error(message):
     os._exit(70)
 
 
-try:  # resolved once where the harness is preloaded in a warm interpreter
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError) as _e:
-    _prctl = None
-    _prctl_error = str(_e)
+def _set_undumpable():
+    """``prctl(PR_SET_DUMPABLE, 0)``, through ctypes (imported here: the judges need it, the
+    candidates a warm interpreter forks do not)."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (ImportError, OSError, AttributeError) as e:
+        _harness_error(f"prctl: {e}")
+    if prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        _harness_error("prctl(PR_SET_DUMPABLE) failed")
 
 
 def _main(source, entry):
-    if _prctl is None:
-        _harness_error(f"prctl: {_prctl_error}")
-    if _prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
-        _harness_error("prctl(PR_SET_DUMPABLE) failed")
+    _set_undumpable()
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -1087,8 +1107,7 @@ def _judge_server():
 
     with open("/proc/self/comm", "w") as f:  # for ps and the like (while still dumpable)
         f.write("agentrl-judge")
-    if _prctl is None or _prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
-        _harness_error("prctl(PR_SET_DUMPABLE) failed")
+    _set_undumpable()
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)

@@ -41,18 +41,21 @@ from agentrl.sandbox import _interpreter_layout
 __all__ = ["Evaluator"]
 
 _PREIMPORTS = (
-    "ast",
     "binascii",
     "contextlib",
-    "ctypes",
     "gc",
     "json",
     "marshal",
     "select",
     "signal",
     "traceback",
+    "typing",
 )
-"""Modules the harness uses: loaded once in the warm interpreters of an owned pool."""
+"""Modules loaded once in the warm interpreters of an owned pool: what the harness's candidate
+side uses, and ``typing``, which a task's prompt imports more often than any other module (21
+of HumanEval's 164; importing it costs a run about 8 ms). Not ``ast`` nor ``ctypes``: only the
+judges use them (``prepare`` runs on the host), and they import them once each, after their
+fork; every candidate forks a smaller interpreter for it."""
 
 MARGIN_S = 2.0
 """Sandbox wall/CPU limit beyond the test timeout (harness start-up and the verdict)."""
