@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 import contextlib
 import functools
@@ -10,7 +9,6 @@ import json
 import marshal
 import os
 import re
-import secrets
 import sys
 import threading
 from collections.abc import Iterable
@@ -182,8 +180,8 @@ def _prepared(prompt: str, test: str, compiled: bool) -> tuple[str, int]:
     codes, test_code, texts, in_loop = _box.prepare(prompt, test)
     if compiled:
         payload = {
-            "prompt_code": base64.b64encode(marshal.dumps(codes)).decode("ascii"),
-            "test_code": base64.b64encode(marshal.dumps(test_code)).decode("ascii"),
+            "prompt_code": binascii.b2a_base64(marshal.dumps(codes), newline=False).decode(),
+            "test_code": binascii.b2a_base64(marshal.dumps(test_code), newline=False).decode(),
             "texts": texts,
             "in_loop": in_loop,
         }
@@ -371,7 +369,7 @@ class Evaluator:
             raise ValueError(
                 f"task {task.task_id!r}: its test code does not compile: {e}"
             ) from None
-        nonce = secrets.token_hex(16)
+        nonce = os.urandom(16).hex()  # secrets.token_hex, without importing secrets
         files: dict[str, bytes] = {}
         if self._preloaded:
             head = f"from {PRELOADED_HARNESS} import _main"
