@@ -117,21 +117,6 @@ pub(crate) struct Shared {
     _fd_room: crate::rlimit::FdRoom,
 }
 
-impl Shared {
-    /// A fresh cgroup for one run of slot `index` (see [`cgroup::Manager::create_run_cgroup`]);
-    /// `None` when the sandbox has no cgroups (degraded).
-    pub(crate) fn run_cgroup(
-        &self,
-        index: usize,
-    ) -> std::result::Result<Option<cgroup::Slot>, cgroup::CgroupError> {
-        let manager = self.cgroups.lock().unwrap_or_else(|e| e.into_inner());
-        manager
-            .as_ref()
-            .map(|m| m.create_run_cgroup(index))
-            .transpose()
-    }
-}
-
 /// An isolated execution environment for untrusted programs. Cheap to share: clone the handle
 /// or call [`Sandbox::run`] from many threads at once.
 pub struct Sandbox {
