@@ -29,6 +29,7 @@ from __future__ import annotations
 import binascii
 import builtins
 import contextlib
+import functools
 import gc
 import json
 import marshal
@@ -631,15 +632,10 @@ class _Cases:
                 self.state[i] = [False, cls, exc, _short(f"{self.texts[i]}\n  {detail}", 1200), tb]
 
 
-_Rewriter = None
-
-
+@functools.cache
 def _rewriter():
     """The assert-rewriting transformer (made on first use: only the host and a one-run
     judge compile tests; a warm interpreter that only forks candidates never imports ast)."""
-    global _Rewriter
-    if _Rewriter is not None:
-        return _Rewriter
     import ast
 
     class _Rewriter(ast.NodeTransformer):
