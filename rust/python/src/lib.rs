@@ -315,6 +315,17 @@ fn _cgroup_default_parent(py: Python<'_>) -> PyResult<Option<String>> {
         .map_err(|e| SandboxError::new_err(format!("cgroup placement: {e}")))
 }
 
+/// The host ids boxes may use in this process's user namespace, `(first, count)` for the
+/// native backend's slots and sessions and for the nsjail backend's runs (see
+/// `agentrl_sandbox::ids`: fixed ranges on a root host, parts of the subordinate ids in
+/// rootless mode).
+#[pyfunction]
+fn _host_id_ranges() -> PyResult<((u32, u32), (u32, u32))> {
+    sb::ids::IdSpace::for_this_process(sb::config::DEFAULT_HOST_ID_BASE)
+        .map(|s| ((s.base, s.session_offset + s.sessions), s.nsjail))
+        .map_err(|e| SandboxError::new_err(format!("host ids: {e}")))
+}
+
 /// Compiles the seccomp policies before the first fork.
 #[pyfunction]
 fn _zygote_init() {
@@ -444,6 +455,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(check_host, m)?)?;
     m.add_function(wrap_pyfunction!(_cgroup_default_parent, m)?)?;
+    m.add_function(wrap_pyfunction!(_host_id_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_serve, m)?)?;

@@ -61,11 +61,16 @@ fn missing(euid: u32, status: Option<&str>) -> Option<String> {
         (0, None) => return None, // no /proc to ask: the first namespace call will tell
         (uid, _) => format!("this process runs as uid {uid}, not root"),
     };
+    let way = if euid == 0 {
+        "run in a container started with --privileged (or --cap-add SYS_ADMIN and \
+         seccomp/AppArmor unconfined)"
+    } else {
+        "run as root, or without root under `agentrl rootless -- CMD` (a user namespace with \
+         this user's subordinate ids)"
+    };
     Some(format!(
-        "agentrl's sandbox needs root with CAP_SYS_ADMIN ({what}): it creates namespaces, maps \
-         unused host uids into each box and manages cgroups. Run as root, or in a container \
-         started with --privileged (or --cap-add SYS_ADMIN and seccomp/AppArmor unconfined); \
-         see {DOCS}"
+        "agentrl's sandbox needs CAP_SYS_ADMIN ({what}): it creates namespaces, maps unused \
+         ids into each box and manages cgroups; {way}; see {DOCS}"
     ))
 }
 
@@ -107,9 +112,11 @@ mod tests {
     fn each_missing_privilege_is_named_with_the_docs() {
         let m = missing(1000, Some("CapEff:\t0000000000000000\n")).unwrap();
         assert!(m.contains("uid 1000, not root"), "{m}");
+        assert!(m.contains("agentrl rootless -- CMD"), "{m}");
         assert!(m.contains(DOCS), "{m}");
         let m = missing(0, Some(ROOT_NO_ADMIN)).unwrap();
         assert!(m.contains("root but lacks CAP_SYS_ADMIN"), "{m}");
+        assert!(m.contains("--privileged"), "{m}");
         assert!(!m.contains('\n'), "one line: {m}");
     }
 

@@ -30,13 +30,6 @@ use crate::spawn::ChildStack;
 use crate::verdict::ExecResult;
 use crate::zygote::Zygote;
 
-/// Id blocks for slots, host-wide (two ids each).
-const MAX_SLOT_BLOCKS: u32 = 0x8000;
-/// Sessions' host ids start this far above the base, after every slot block.
-const SESSION_ID_OFFSET: u32 = 2 * MAX_SLOT_BLOCKS;
-/// Sessions alive at once, host-wide.
-const MAX_SESSIONS: u32 = 0x10000;
-
 /// A run, validated and converted to what the child needs.
 pub(crate) struct Prepared {
     pub argv: Vec<CString>,
@@ -98,6 +91,8 @@ pub(crate) struct Shared {
     cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
     pub cap_last: u32,
+    /// The host ids the boxes may use.
+    ids: crate::ids::IdSpace,
     /// Whether the host process was dumpable when the sandbox was made: the uid switches of
     /// the spawn path clear that flag, and they restore it.
     pub host_dumpable: bool,
@@ -155,6 +150,8 @@ impl Sandbox {
                 ));
             }
         }
+        let ids = crate::ids::IdSpace::for_this_process(config.host_id_base)
+            .map_err(|e| Error::setup(format!("{e}; see {}", crate::preflight::DOCS)))?;
         let filter = Filter::compile(&Policy {
             allow_network: config.network,
         });
@@ -204,6 +201,7 @@ impl Sandbox {
             cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
             cap_last,
+            ids,
             // SAFETY: prctl with a query only.
             host_dumpable: unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) } == 1,
             base_env,
@@ -358,13 +356,13 @@ impl Sandbox {
                 }
             }
         };
-        let claim = crate::ids::claim("session", MAX_SESSIONS)
+        let ids = &self.shared.ids;
+        let claim = ids
+            .claim("session", ids.sessions)
             .map_err(|e| Error::setup_io("claiming a host id for the session", e))?;
-        let host_id = self
-            .shared
-            .config
-            .host_id_base
-            .checked_add(SESSION_ID_OFFSET + claim.index)
+        let host_id = ids
+            .base
+            .checked_add(ids.session_offset + claim.index)
             .ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
         Session::create(manager, host_id, parsed, disk_bytes, claim)
     }
@@ -826,12 +824,14 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         ChildStack::new(256 << 10).map_err(|e| Error::setup_io("allocating the child stack", e))?;
     // Two host ids per slot: the box user, and the slot's warm interpreter; the block is
     // claimed host-wide so that no other sandbox (of this or another process) uses it.
-    let claim = crate::ids::claim("slot", MAX_SLOT_BLOCKS)
+    let claim = shared
+        .ids
+        .claim("slot", shared.ids.slot_blocks)
         .map_err(|e| Error::setup_io("claiming host ids for the slot", e))?;
     let host_id = claim
         .index
         .checked_mul(2)
-        .and_then(|i| shared.config.host_id_base.checked_add(i))
+        .and_then(|i| shared.ids.base.checked_add(i))
         .filter(|i| i.checked_add(1).is_some())
         .ok_or_else(|| Error::invalid("host_id_base", "too large"))?;
     let stack2 =
