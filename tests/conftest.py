@@ -51,6 +51,19 @@ def kernel_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+# The newest kernel without each cgroup feature that AGENTRL_CGROUP_HIDE can hide (the
+# sandbox then acts as on that kernel: rust/sandbox/src/cgroup.rs, `hidden`).
+_HIDE_AS = {"memory.peak.reset": (6, 11), "memory.peak": (5, 18), "cgroup.kill": (5, 13)}
+
+
+def cgroup_kernel_version() -> tuple[int, int]:
+    """The kernel the sandbox's cgroup code acts as: :func:`kernel_version`, or older where
+    ``AGENTRL_CGROUP_HIDE`` hides a feature (``.ci/guest-matrix`` runs the fallbacks of 5.12 to
+    5.18 on 6.1 that way)."""
+    hide = {h.strip() for h in os.environ.get("AGENTRL_CGROUP_HIDE", "").split(",")}
+    return min([kernel_version(), *(v for h, v in _HIDE_AS.items() if h in hide)])
+
+
 ZYGOTE_MARK = "_agentrl_zygote"
 SESSION_MARK = f"agentrl-test-{os.getpid()}-{secrets.token_hex(4)}"
 """Value of ``AGENTRL_TEST_MARK`` in the environment of every box of the session sandbox."""

@@ -26,8 +26,8 @@ from conftest import (
     DEFAULT_LIMITS,
     TIME_SCALE,
     assert_host_clean,
+    cgroup_kernel_version,
     is_nsjail,
-    kernel_version,
     out,
     py,
     wait_box_started,
@@ -413,10 +413,13 @@ def test_a_wall_limit_that_passes_during_start_up_still_kills(box):
         assert r.wall_time_s < 1.0 * TIME_SCALE, why(r)
 
 
-def _exact_peak_expected() -> bool:
-    """Whether this kernel gives an exact per-run peak: cgroup v1, or v2 from Linux 6.12 on
-    (where a write to ``memory.peak`` resets it for the writer's fd)."""
-    return not CGROUP_V2 or kernel_version() >= (6, 12)
+def _exact_peak_expected(path: str) -> bool:
+    """Whether this kernel gives a run on ``path`` an exact per-run peak: cgroup v1; v2 from
+    Linux 6.12 on (where a write to ``memory.peak`` resets it for the writer's fd); for a cold
+    run, v2 from 5.19 on (``memory.peak`` exists: the run gets a fresh cgroup of its own)."""
+    if not CGROUP_V2:
+        return True
+    return cgroup_kernel_version() >= ((5, 19) if path == "cold" else (6, 12))
 
 
 @pytest.mark.parametrize("path", ["cold", "warm"])
@@ -436,7 +439,7 @@ def test_peak_memory_is_per_run_and_says_whether_exact(box, path):
     assert small.ok and small.peak_memory_bytes is not None, why(small)
     assert small.peak_memory_bytes < 32 << 20, small.peak_memory_bytes
     # The nsjail backend gives every run a fresh cgroup: exact on every kernel.
-    assert small.peak_memory_exact is (is_nsjail(box) or _exact_peak_expected())
+    assert small.peak_memory_exact is (is_nsjail(box) or _exact_peak_expected(path))
 
 
 def test_result_fields_and_summary(box):

@@ -56,10 +56,11 @@ class ExecResult:
     peak_memory_bytes: int | None = None
     """Peak memory of the run's cgroup."""
     peak_memory_exact: bool = False
-    """``peak_memory_bytes`` is the run's exact peak. ``False`` where it is a lower bound (cgroup
-    v2 before Linux 6.12 cannot reset the peak counter per run: the largest usage sampled
-    about every 10 ms, or the counter where the run raised the slot's lifetime peak) or
-    absent."""
+    """``peak_memory_bytes`` is the run's exact peak. ``False`` where it is a lower bound or
+    absent: cgroup v2 before Linux 6.12 cannot reset the peak counter per run, so a warm run
+    there gets the largest usage sampled about every 10 ms (or the counter, exact, where the
+    run raised the slot's lifetime peak). A cold run on 5.19-6.11 gets a fresh cgroup of its
+    own, whose counter is exact; before 5.19 (no counter) it is sampled too."""
     limit: str | None = None
     """The limit that fired: wall_time, cpu_time, memory, output, pids or file_size."""
     denied_syscalls: tuple[str, ...] = ()

@@ -61,7 +61,7 @@
 //! | figure | v1 | v2 |
 //! |---|---|---|
 //! | `cpu_time_ns` | exact (`cpuacct.usage`, ns; may lag a running task by one tick) | exact (`cpu.stat usage_usec`, µs) |
-//! | `peak_memory_bytes` | exact | 6.12+: exact. 5.19–6.11 (`memory.peak` not resettable): exact only when the run raised the slot's lifetime peak, else the largest [`Slot::sample_memory`] value (a lower bound, `peak_memory_exact == false`) or `None`. Before 5.19: samples only |
+//! | `peak_memory_bytes` | exact | 6.12+: exact. 5.19–6.11 (`memory.peak` not resettable): exact only when the run raised the slot's lifetime peak, else the largest [`Slot::sample_memory`] value (a lower bound, `peak_memory_exact == false`) or `None`; a cgroup made for one run ([`Manager::create_run_cgroup`], which the sandbox gives its cold runs there) is exact. Before 5.19: samples only |
 //! | `oom_killed` | 4.13+: `memory.oom_control` `oom_kill` rose (exact); older: `memory.failcnt` rose, i.e. the limit was *hit* (may be true without a kill) | `memory.events` `oom_kill` rose (exact) |
 //! | `pids_limit_hit` | `pids.events` `max` rose (false if the file is absent) | `pids.events` `max` rose |
 //!
@@ -1226,7 +1226,28 @@ impl Manager {
     /// Creates the cgroup(s) of slot `index` (`slot-<index>` under the base). Fails if that
     /// slot already exists. The new slot has no limits and a fresh per-run baseline.
     pub fn create_slot(&self, index: usize) -> Result<Slot, CgroupError> {
-        let name = format!("slot-{index}");
+        self.create(format!("slot-{index}"), index)
+    }
+
+    /// Creates a fresh cgroup for one run of slot `index` (`slot-<index>-run` beside the
+    /// slot's own), removed when the returned [`Slot`] is dropped. For cgroup v2 kernels whose
+    /// `memory.peak` cannot be reset ([`PeakMemory::LifetimeOnly`], Linux 5.19–6.11): the
+    /// lifetime peak of a cgroup made for the run is the run's exact peak. A run of a slot
+    /// that is not in the slot's own cgroup is not charged the slot's warm interpreter, so
+    /// its limits need no baseline. One that an earlier run left (its removal timed out) is
+    /// killed and removed first.
+    pub fn create_run_cgroup(&self, index: usize) -> Result<Slot, CgroupError> {
+        let name = format!("slot-{index}-run");
+        for base in &self.base.dirs {
+            let d = base.join(&name);
+            if d.exists() {
+                remove_tree(&d, self.fake, true);
+            }
+        }
+        self.create(name, index)
+    }
+
+    fn create(&self, name: String, index: usize) -> Result<Slot, CgroupError> {
         let fake = self.fake;
         let mut guard = DirGuard {
             dirs: Vec::new(),
@@ -1237,7 +1258,7 @@ impl Manager {
             let d = base.join(&name);
             fs::create_dir(&d).map_err(|e| {
                 let what = if e.kind() == ErrorKind::AlreadyExists {
-                    format!("slot {index} already exists ({})", d.display())
+                    format!("cgroup {name} already exists ({})", d.display())
                 } else {
                     format!("cannot create cgroup directory {}", d.display())
                 };
@@ -1318,7 +1339,8 @@ impl Manager {
                 ))
             }
         };
-        let has_kill = self.version == Version::V2 && exists(MEM, "cgroup.kill");
+        let has_kill =
+            self.version == Version::V2 && exists(MEM, "cgroup.kill") && !hidden("cgroup.kill");
         let mut slot = Slot {
             version: self.version,
             fake,
@@ -1352,11 +1374,39 @@ const OOM_V1: OomSource = (c"memory.oom_control", Some("oom_kill"));
 /// Kernels before 4.13 have no `oom_kill` line: count limit hits instead.
 const OOM_V1_FAILCNT: OomSource = (c"memory.failcnt", None);
 
+/// The environment variable that makes the manager act as on an older kernel (see
+/// [`hidden`]).
+pub const HIDE_ENV: &str = "AGENTRL_CGROUP_HIDE";
+
+/// Whether the kernel feature `name` is to be treated as absent: `AGENTRL_CGROUP_HIDE` is a
+/// comma-separated list of `memory.peak` (Linux 5.14-5.18: no peak counter, per-run figures
+/// sampled), `memory.peak.reset` (5.19-6.11: a lifetime counter only) and `cgroup.kill`
+/// (5.12-5.13: killing by signals to `cgroup.procs`). It lets the fallbacks for kernels the
+/// test matrix cannot boot run on one it can (`.ci/guest-matrix`); a feature that is absent
+/// stays absent. Read once per process.
+pub fn hidden(name: &str) -> bool {
+    static HIDDEN: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    HIDDEN
+        .get_or_init(|| {
+            std::env::var(HIDE_ENV)
+                .unwrap_or_default()
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .iter()
+        .any(|h| h == name)
+}
+
 /// Opens v2 `memory.peak` read-write and checks whether a write resets it (Linux 6.12+).
 fn probe_v2_peak(dir: BorrowedFd<'_>, fake: bool) -> (Option<File>, PeakMemory) {
+    if hidden("memory.peak") {
+        return (None, PeakMemory::Unavailable);
+    }
     match open_at(dir, c"memory.peak", libc::O_RDWR) {
         Ok(f) => {
-            let mode = if write_once(&f, b"reset\n", fake).is_ok() {
+            let mode = if !hidden("memory.peak.reset") && write_once(&f, b"reset\n", fake).is_ok() {
                 PeakMemory::PerRun
             } else {
                 PeakMemory::LifetimeOnly
@@ -2235,7 +2285,20 @@ mod tests {
             .create_slot(3)
             .unwrap_err()
             .what
-            .contains("slot 3 already exists"));
+            .contains("cgroup slot-3 already exists"));
+
+        // A run's own cgroup goes beside its slot's and is removed with its handle.
+        let run = m.create_run_cgroup(3).unwrap();
+        let rd = run.paths()[0].clone();
+        assert_eq!(rd, m.base_dirs()[0].join("slot-3-run"));
+        assert_eq!(get(&rd.join("memory.swap.max")), "0");
+        drop(run);
+        assert!(!rd.exists());
+        // One left behind (its removal failed) is replaced.
+        fs::create_dir(&rd).unwrap();
+        fake_populate(&rd, Version::V2).unwrap();
+        drop(m.create_run_cgroup(3).unwrap());
+        assert!(!rd.exists());
 
         // A fresh slot is unlimited: nothing written for (None, None).
         s.set_limits(None, None).unwrap();

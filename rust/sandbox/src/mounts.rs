@@ -8,8 +8,9 @@
 //!    (generated `passwd`/`group`/`hostname`/`hosts`/`mtab`, and copies of the host's
 //!    non-secret configuration on an explicit allowlist, [`ETC_ALLOW`]), `/dev` placeholders
 //!    with the host's `null`, `zero`, `full`, `random` and `urandom` bound over them (and
-//!    `/dev/ptmx -> pts/ptmx`), `/sys/fs/cgroup` with read-only binds of the box's own cgroup
-//!    directories ([`CgroupView`]; nothing else of `/sys`), and read-only recursive binds of
+//!    `/dev/ptmx -> pts/ptmx`), `/sys/fs/cgroup` (nothing else of `/sys`: on v1 read-only binds of the
+//!    box's own cgroup directories, [`CgroupView`]; on v2 an empty directory, over which each
+//!    box mounts a read-only cgroup2 of its own once it has its cgroup namespace), and read-only recursive binds of
 //!    `/usr`, the `/bin`/`/lib*` directories (or the same symlinks where the host has merged
 //!    `/usr`), the interpreters' prefixes at their own paths, and the caller's extra binds.
 //!    Bind sources are
@@ -643,8 +644,10 @@ fn collect_etc(host: PathBuf, rel: PathBuf, depth: u32, out: &mut Vec<(PathBuf, 
     }
 }
 
-/// What the box sees under `/sys/fs/cgroup`: its own cgroup directories, laid out as on the
-/// host (v2: the slot's directory *is* `/sys/fs/cgroup`; v1: each hierarchy's slot directory
+/// What the box sees under `/sys/fs/cgroup` on cgroup v1 (on v2 each box mounts a cgroup2 view
+/// of its own, which follows its cgroup: a cold run may have one apart from its slot's): its
+/// own cgroup directories, laid out as on the host (v2: the slot's directory *is*
+/// `/sys/fs/cgroup`; v1: each hierarchy's slot directory
 /// at the hierarchy's own name, e.g. `/sys/fs/cgroup/memory`, with the host's links for
 /// co-mounted controllers, e.g. `cpuacct -> cpu,cpuacct`). The box's cgroup namespace is
 /// rooted at those directories, so `/proc/self/cgroup` and `/proc/self/mountinfo` say `/`

@@ -204,8 +204,16 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     // run comes next: that is the slot's baseline, added to the run's limits and taken off
     // its peak, so that a cold run after a warm one gets the same limits as in a fresh slot.
     let baseline = slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0);
+    let mut own_cg = run_cgroup(shared, slot, run)?;
+    if let Some(cg) = &mut own_cg {
+        cg.set_limits(Some(l.memory_bytes), Some(l.max_pids))
+            .map_err(|e| format!("run cgroup limits: {e}"))?;
+        cg.prepare_run()
+            .map_err(|e| format!("run cgroup reset: {e}"))?;
+    }
 
-    if let Some(cg) = &mut slot.cgroup {
+    // Otherwise the run is in the slot's cgroup, which gets the run's limits.
+    if let Some(cg) = slot.cgroup.as_mut().filter(|_| own_cg.is_none()) {
         // Extra pids: on cgroup v1 the slot thread is a member; the warm interpreter is one.
         let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1))
             + u64::from(slot.zygote.is_some());
@@ -252,6 +260,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         launch_cold(
             shared,
             slot,
+            own_cg.as_ref(),
             run,
             &child_fds,
             (status_r.as_fd(), status_w),
@@ -292,9 +301,10 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     let started = Instant::now();
     let mut out = Capture::new(out_r, l.max_output_bytes);
     let mut err = Capture::new(err_r, l.max_output_bytes);
-    let cg = slot.cgroup.as_ref();
-    // Where the kernel cannot give an exact per-run peak (cgroup v2 before Linux 6.12), the
-    // slot's memory is sampled at every CPU-time poll (about every 10 ms) as a lower bound.
+    let cg = own_cg.as_ref().or(slot.cgroup.as_ref());
+    // Where the kernel cannot give an exact per-run peak (cgroup v2 before Linux 6.12, in the
+    // slot's own cgroup), the memory is sampled at every CPU-time poll (about every 10 ms) as a
+    // lower bound.
     let sample = cg.is_some_and(|c| c.peak_memory_mode() != cgroup::PeakMemory::PerRun);
     let cpu_time = || -> Option<u64> {
         let c = cg?;
@@ -361,7 +371,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
             // explain it.
             match exit_record {
                 Some(st) => exit.wait_status = st,
-                None if w.killed.is_none() && !slot_oom(slot) => {
+                None if w.killed.is_none() && !oom_in(own_cg.as_ref().or(slot.cgroup.as_ref())) => {
                     return Err(format!(
                         "the box ended without its init's report (init wait status {:#x})",
                         exit.wait_status
@@ -382,7 +392,7 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
             // with it), killing the run with it. It is replaced for the next run; this run's
             // verdict stands only if the supervisor or the memory limit ended it.
             zygote::discard(slot);
-            if w.killed.is_none() && !slot_oom(slot) {
+            if w.killed.is_none() && !oom_in(own_cg.as_ref().or(slot.cgroup.as_ref())) {
                 return Err(match other {
                     Some(Err(e)) => e,
                     _ => "the warm interpreter did not report the run's exit".into(),
@@ -400,13 +410,18 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         return Err("the run was cancelled".into());
     }
 
-    let usage = match slot.cgroup.as_ref() {
+    let usage = match own_cg.as_ref().or(slot.cgroup.as_ref()) {
         Some(cg) => Some(
             cg.usage()
-                .map_err(|e| format!("reading the slot cgroup: {e}"))?,
+                .map_err(|e| format!("reading the run's cgroup: {e}"))?,
         ),
         None => None,
     };
+    // Not charged the warm interpreter: nothing to take off its peak.
+    let baseline = if own_cg.is_some() { 0 } else { baseline };
+    // The box is reaped: its cgroup goes now (its leftover tmpfs pages go with the run's file
+    // system, freed before the slot's next run).
+    drop(own_cg);
     let rusage_cpu = tv(&exit.rusage.ru_utime) + tv(&exit.rusage.ru_stime);
     let cpu_time_s = match &usage {
         Some(u) => {
@@ -540,6 +555,9 @@ pub(crate) struct BoxSpec<'a> {
     /// counts (inotify instances, user namespaces, ...) to it, so it must be the box's own
     /// unprivileged uid, never root (whose limits the host itself lives on).
     pub owner: u32,
+    /// The cgroup the box joins: the slot's, or a cold run's own (see [`run_cgroup`]). On v2
+    /// the box shows it at `/sys/fs/cgroup` (a cgroup2 mount of its own).
+    pub cgroup: Option<&'a cgroup::Slot>,
 }
 
 /// Clones a new box in the slot and waits until it has exec'd. Returns `(pid, pidfd)` or
@@ -590,6 +608,7 @@ pub(crate) fn clone_box(
         stack2_top: slot.stack2.top(),
         init_path: &slot.init_path,
         host_dumpable: shared.host_dumpable,
+        mount_cgroup2: spec.cgroup.is_some() && shared.cgroup_version == Some(cgroup::Version::V2),
     };
     let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
@@ -641,7 +660,7 @@ pub(crate) fn clone_box(
     {
         return Err(abort(format!("writing the id maps: {e}")));
     }
-    if let Some(cg) = &slot.cgroup {
+    if let Some(cg) = spec.cgroup {
         if shared.cgroup_version == Some(cgroup::Version::V2) {
             if let Err(e) = cg.attach(pid) {
                 return Err(abort(format!("attaching to the slot cgroup: {e}")));
@@ -676,12 +695,15 @@ pub(crate) fn clone_box(
 fn launch_cold(
     shared: &Shared,
     slot: &Slot,
+    own_cg: Option<&cgroup::Slot>,
     run: &Prepared,
     fds: &ChildFds<'_>,
     status: (BorrowedFd<'_>, OwnedFd),
     sock_parent: BorrowedFd<'_>,
 ) -> RunResult<Launch> {
-    let degraded = slot.cgroup.is_none();
+    // A run in a cgroup of its own (see `run_cgroup`) joins it; any other the slot's.
+    let cg = own_cg.or(slot.cgroup.as_ref());
+    let degraded = cg.is_none();
     let rlimits = crate::rlimit::for_limits(&run.limits, degraded);
     let spec = BoxSpec {
         argv: &run.argv,
@@ -706,6 +728,7 @@ fn launch_cold(
             .as_ref()
             .map(|(_, id)| *id)
             .unwrap_or(slot.host_id),
+        cgroup: cg,
     };
     match clone_box(shared, slot, &spec, fds, status)? {
         Err((step, errno)) => Ok(Launch::ExecFailed(step, errno)),
@@ -853,12 +876,28 @@ fn read_exit_record(status_r: BorrowedFd<'_>) -> Option<i32> {
     (got == 4).then(|| i32::from_ne_bytes(b))
 }
 
-/// Whether the slot's cgroup OOM-killed something in the run that just ended.
-fn slot_oom(slot: &Slot) -> bool {
-    slot.cgroup
-        .as_ref()
-        .and_then(|c| c.usage().ok())
+/// Whether the run's cgroup (its own or the slot's) OOM-killed something in the run that just
+/// ended.
+fn oom_in(cg: Option<&cgroup::Slot>) -> bool {
+    cg.and_then(|c| c.usage().ok())
         .is_some_and(|u| u.oom_killed)
+}
+
+/// A cgroup of its own for a cold run where the slot's cannot give the run's exact peak memory
+/// (cgroup v2 on Linux 5.19–6.11, whose `memory.peak` cannot be reset): a fresh cgroup's
+/// lifetime peak is the run's. Warm runs stay in the slot's cgroup: they are forked by the
+/// warm interpreter there, and moving each into another cgroup would cost a cgroup migration
+/// (and miss the pages it touched before the move).
+fn run_cgroup(shared: &Shared, slot: &Slot, run: &Prepared) -> RunResult<Option<cgroup::Slot>> {
+    let Some(cg) = slot.cgroup.as_ref() else {
+        return Ok(None);
+    };
+    if run.warm || cg.peak_memory_mode() != cgroup::PeakMemory::LifetimeOnly {
+        return Ok(None);
+    }
+    shared
+        .run_cgroup(cg.index())
+        .map_err(|e| format!("creating the run's cgroup: {e}"))
 }
 
 /// SIGKILL through a pidfd.

@@ -112,6 +112,21 @@ pub(crate) struct Shared {
     _fd_room: crate::rlimit::FdRoom,
 }
 
+impl Shared {
+    /// A fresh cgroup for one run of slot `index` (see [`cgroup::Manager::create_run_cgroup`]);
+    /// `None` when the sandbox has no cgroups (degraded).
+    pub(crate) fn run_cgroup(
+        &self,
+        index: usize,
+    ) -> std::result::Result<Option<cgroup::Slot>, cgroup::CgroupError> {
+        let manager = self.cgroups.lock().unwrap_or_else(|e| e.into_inner());
+        manager
+            .as_ref()
+            .map(|m| m.create_run_cgroup(index))
+            .transpose()
+    }
+}
+
 /// An isolated execution environment for untrusted programs. Cheap to share: clone the handle
 /// or call [`Sandbox::run`] from many threads at once.
 pub struct Sandbox {
@@ -813,10 +828,13 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         None => None,
     };
     drop(manager);
-    // The box sees its own cgroup (read-only) under /sys/fs/cgroup.
+    // The box sees its own cgroup (read-only) under /sys/fs/cgroup. On v1 the template binds
+    // the slot's directories there; on v2 every box mounts a cgroup2 view of its own instead
+    // (rooted at its cgroup namespace: the slot's cgroup, or a cold run's own, see
+    // `run::run_cgroup`), so the template leaves the directory empty.
     let view = match &cgroup {
-        Some((s, _)) => CgroupView::new(s.paths()),
-        None => CgroupView::default(),
+        Some((s, true)) => CgroupView::new(s.paths()),
+        _ => CgroupView::default(),
     };
     let template = Template::build(&shared.layout, &view)?;
     let paths = ChildPaths::new(&template.mountpoint);

@@ -78,6 +78,7 @@ steps! {
     PivotRoot => "pivot_root",
     DetachOldRoot => "detaching the host root",
     CgroupNs => "unsharing the cgroup namespace",
+    MountCgroup => "mounting the box's own /sys/fs/cgroup (cgroup2)",
     Hostname => "setting the hostname",
     Setsid => "setsid",
     Stdio => "setting up stdin/stdout/stderr",
@@ -134,6 +135,10 @@ pub struct ChildPlan<'a> {
     /// Whether the host process was dumpable: until `execve` the child shares its memory, and
     /// every uid change clears that (memory-wide) flag, so each one restores it.
     pub host_dumpable: bool,
+    /// Mount a cgroup2 file system read-only at `/sys/fs/cgroup` once the box's cgroup
+    /// namespace exists (cgroup v2): the box's own cgroup as the whole tree, as a container
+    /// sees its own.
+    pub mount_cgroup2: bool,
 }
 
 const MOVE_MOUNT_F_EMPTY_PATH: usize = 0x4;
@@ -142,6 +147,8 @@ const ROOT: &[u8] = b"/\0";
 const DOT: &[u8] = b".\0";
 const PROC: &[u8] = b"proc\0";
 const DEVPTS: &[u8] = b"devpts\0";
+const CGROUP2: &[u8] = b"cgroup2\0";
+const SYS_FS_CGROUP: &[u8] = b"/sys/fs/cgroup\0";
 /// A devpts instance of the box's own (implied in a user namespace; `newinstance` says so
 /// on older kernels too): anyone may open `/dev/ptmx`, a new terminal is its opener's, mode
 /// 0620, as on a host.
@@ -405,6 +412,22 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             Step::CgroupNs,
             syscall3(libc::SYS_unshare, libc::CLONE_NEWCGROUP as usize, 0, 0)
         );
+        if p.mount_cgroup2 {
+            // A cgroup2 mount shows the tree from the mounter's cgroup namespace root: the
+            // box's own cgroup, which it may read (the box's ids do not own its files).
+            step!(
+                p,
+                Step::MountCgroup,
+                syscall5(
+                    libc::SYS_mount,
+                    CGROUP2.as_ptr() as usize,
+                    SYS_FS_CGROUP.as_ptr() as usize,
+                    CGROUP2.as_ptr() as usize,
+                    (libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as usize,
+                    0
+                )
+            );
+        }
         step!(
             p,
             Step::Hostname,

@@ -157,6 +157,7 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
         zygote_control: Some(ctl_child.as_fd()),
         work_mount: None,
         owner: slot.host_id,
+        cgroup: slot.cgroup.as_ref(),
     };
     let fds = ChildFds {
         run_mount: runfs.mount.as_fd(),
