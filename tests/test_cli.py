@@ -195,3 +195,70 @@ def test_eval_names_its_own_flag_for_incomplete_samples(tmp_path):
     )
     err = p.stderr.decode()
     assert p.returncode == 2 and "use --ignore-incomplete" in err and "Traceback" not in err, err
+
+
+def _agentrl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agentrl", *args],
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_version_is_the_installed_ones():
+    import importlib.metadata
+
+    p = _agentrl("--version")
+    assert p.returncode == 0, p
+    assert p.stdout.decode().strip() == f"agentrl {importlib.metadata.version('agentrl')}", p
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("run", ["(default: 10.0s)", "(default: 512M)"]),
+        ("eval", ["(default: "]),
+        ("rootless", []),
+    ],
+)
+def test_help_shows_the_defaults(command, shown):
+    p = _agentrl(command, "--help")
+    out = p.stdout.decode()
+    assert p.returncode == 0 and "usage: agentrl " + command in out, p
+    for s in shown:
+        assert s in " ".join(out.split()), out
+    # Options without a value to show (flags off by default, none given) show no default.
+    assert "(default: None)" not in out and "(default: False)" not in out, out
+
+
+def test_ctrl_c_ends_with_130_and_no_traceback():
+    from conftest import wait_box_started
+
+    env = {**os.environ, "AGENTRL_TEST_MARK": SESSION_MARK}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "agentrl", "run", "--wall", "60s", "--", "/bin/sleep", "50"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        wait_box_started()
+        p.send_signal(2)
+        _, err = p.communicate(timeout=20)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and b"Traceback" not in err, err
+    assert_host_clean(timeout=2.0)
+
+
+def test_a_missing_extra_is_named():
+    # torch hidden from `agentrl train` as in an install without the `train` extra.
+    code = (
+        "import sys; sys.modules['torch'] = None; from agentrl.cli import main; "
+        "sys.exit(main(['train', '--help']))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "Traceback" not in err, err
+    assert "pip install 'agentrl[train]'" in err, err

@@ -11,7 +11,6 @@ agentrl does not import torch.
 
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError, SandboxError
-from agentrl.evaluation import ErrorClass, Evaluator, FunctionTask, IOTask, Judgement
 from agentrl.jobs import (
     JobExpired,
     JobFailed,
@@ -30,18 +29,25 @@ from agentrl.session import Session, Snapshot
 _LAZY_MODULES = ("policy", "train")
 
 _LAZY_NAMES = {
-    name: "agentrl.scheduler"
-    for name in (
-        "Episode",
-        "EpisodeGroup",
-        "EpisodeStatus",
-        "RolloutScheduler",
-        "SchedulerConfig",
-        "Turn",
-    )
+    **{
+        name: "agentrl.scheduler"
+        for name in (
+            "Episode",
+            "EpisodeGroup",
+            "EpisodeStatus",
+            "RolloutScheduler",
+            "SchedulerConfig",
+            "Turn",
+        )
+    },
+    **{
+        name: "agentrl.evaluation"
+        for name in ("ErrorClass", "Evaluator", "FunctionTask", "IOTask", "Judgement")
+    },
 }
-"""Public names loaded on first access: the rollout scheduler imports asyncio (~50 ms of a
-cold start that needs no event loop, such as ``agentrl eval``)."""
+"""Public names loaded on first access: the rollout scheduler imports asyncio, the evaluation
+package asyncio, json and concurrent.futures (together ~40 ms of a start that uses neither,
+such as a program that only runs boxes)."""
 
 
 def __getattr__(name: str) -> object:

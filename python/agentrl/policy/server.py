@@ -10,7 +10,8 @@ token), ``finish_reason`` (``stop``/``eos``/``length``), ``stop`` and ``policy_v
 Concurrent requests are batched: while the policy generates one batch (in a worker thread),
 new requests queue up and go together into the next one. Requests with a ``seed`` run in
 a batch of their own, so their results do not depend on other traffic. The server runs on
-uvloop and shuts down cleanly on SIGINT/SIGTERM.
+uvloop where it is installed (``agentrl[uvloop]``; asyncio's own loop otherwise) and shuts down
+cleanly on SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,15 +26,27 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentrl.policy.httpio import HTTPError, Request, read_request, write_response
 from agentrl.policy.policy import Policy
 from agentrl.policy.sampling import Generation, SamplingParams
 
-__all__ = ["CompletionServer", "ServerThread", "add_parser", "run"]
+__all__ = ["CompletionServer", "ServerThread", "add_parser", "run", "run_loop"]
+
+_T = TypeVar("_T")
+
+
+def run_loop(main: Coroutine[Any, Any, _T]) -> _T:
+    """Runs ``main`` to completion on uvloop where it is installed, else on asyncio's loop."""
+    try:
+        import uvloop
+    except ModuleNotFoundError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 class RequestError(ValueError):
@@ -386,7 +399,7 @@ def _fail(job: _Job, exc: BaseException) -> None:
 
 
 class ServerThread:
-    """A :class:`CompletionServer` on its own uvloop event loop in a daemon thread.
+    """A :class:`CompletionServer` in a daemon thread, on its own loop (see :func:`run_loop`).
 
     ``with ServerThread(policy) as srv: ... srv.url ...`` (``url`` has no ``/v1``).
     """
@@ -419,8 +432,6 @@ class ServerThread:
         return self
 
     def _main(self) -> None:
-        import uvloop
-
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
@@ -435,7 +446,7 @@ class ServerThread:
             await self.server.close()
 
         with contextlib.suppress(BaseException):
-            uvloop.run(main())
+            run_loop(main())
         self._ready.set()
 
     def close(self) -> None:
@@ -481,8 +492,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``agentrl serve`` until SIGINT or SIGTERM; returns the exit status."""
-    import uvloop
-
     try:
         if args.policy:
             policy = Policy.load(args.policy, device=args.device, dtype=args.dtype)
@@ -518,4 +527,4 @@ def run(args: argparse.Namespace) -> int:
         print("agentrl serve: stopped", flush=True)
         return 0
 
-    return uvloop.run(main())
+    return run_loop(main())
