@@ -2,7 +2,28 @@
 
 from collections.abc import Callable
 from os import PathLike
-from typing import Any
+from typing import Any, Self, final
+
+__all__ = [
+    "AgentRLError",
+    "Pool",
+    "PoolClosed",
+    "PoolFull",
+    "Sandbox",
+    "SandboxError",
+    "Session",
+    "Snapshot",
+    "_TestPool",
+    "__version__",
+    "_cgroup_default_parent",
+    "_host_id_ranges",
+    "_zygote_init",
+    "_zygote_send",
+    "_zygote_serve",
+    "_zygote_trim",
+    "check_host",
+    "seccomp_policy",
+]
 
 __version__: str
 
@@ -11,9 +32,10 @@ class SandboxError(AgentRLError): ...
 
 _LimitsTuple = tuple[float, float, int, int, int, int, int, int]
 
+@final
 class Sandbox:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         limits: _LimitsTuple,
         network: bool,
         system_paths: list[str],
@@ -23,7 +45,7 @@ class Sandbox:
         degraded: bool,
         cgroup_parent: str | None = None,
         warm: tuple[list[str], str, float] | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def run(
         self,
         argv: list[bytes],
@@ -67,16 +89,17 @@ _SandboxItem = tuple[
 # the record type made of (id, status, result, reason); without it, (id, kind, value) tuples.
 _OutcomeShape = tuple[type[tuple[Any, ...]], tuple[Any, Any, Any, Any]]
 
+@final
 class Pool:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         sandbox: Sandbox,
         workers: int,
         capacity: int,
         retries: int,
         block_timeout: float | None = None,
         outcome: _OutcomeShape | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def submit_many(self, items: list[_SandboxItem]) -> list[int]: ...
     def collect(self, max: int | None = None, timeout: float = 0.0) -> list[Any]: ...
     def cancel(self, id: int) -> bool: ...
@@ -89,19 +112,20 @@ class Pool:
     @property
     def workers(self) -> int: ...
 
+@final
 class _TestPool:
     """Fake executor: an int n is a no-op returning n; (op, arg, group, priority, deadline)
     with op 0 no-op, 1 sleep arg µs, 2 infrastructure fault, 3 fault on the first arg
     attempts, 4 panic."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         workers: int,
         capacity: int,
         retries: int,
         block_timeout: float | None = None,
         outcome: _OutcomeShape | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def submit_many(
         self, items: list[int | tuple[int, int, int, int, float | None]]
     ) -> list[int]: ...
@@ -116,8 +140,11 @@ class _TestPool:
     @property
     def workers(self) -> int: ...
 
+@final
+@final
 class Snapshot: ...
 
+@final
 class Session:
     def reset(self) -> None: ...
     def snapshot(self) -> Snapshot: ...
