@@ -9,6 +9,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,36 @@ def test_a_missing_extra_is_named():
     err = p.stderr.decode()
     assert p.returncode == 2 and "Traceback" not in err, err
     assert "pip install 'agentrl[train]'" in err, err
+
+
+def test_run_shows_the_output_live_and_in_order():
+    env = {**os.environ, "AGENTRL_TEST_MARK": SESSION_MARK}
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentrl",
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo a; sleep 0.3; echo b >&2; sleep 0.3; echo c; sleep 2; echo d",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        assert p.stdout is not None
+        seen = b""
+        deadline = time.monotonic() + 30
+        while b"c\n" not in seen and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], 1)[0]:
+                seen += os.read(p.stdout.fileno(), 4096)
+        # a, b and c arrived, in order, while the program still sleeps before d.
+        assert seen == b"a\nb\nc\n" and p.poll() is None, seen
+        rest, _ = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 0, rest
+    assert rest.startswith(b"d\n[agentrl] status=ok"), rest

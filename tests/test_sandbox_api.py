@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from conftest import (
     is_nsjail,
     out,
     py,
+    sh_in_box,
     wait_box_started,
     why,
 )
@@ -613,3 +615,114 @@ def test_ctrl_c_interrupts_a_blocking_run_and_kills_its_box(warm):
     word, seconds = out.split()[:2]
     assert word == "interrupted" and float(seconds) < 10, out
     assert_host_clean()
+
+
+# --------------------------------------------------------------------------------------------
+# Live output (tee).
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("path", ["cold", "warm"])
+def test_tee_shows_output_while_the_run_goes_on(sb, path):
+    """A copy of the output reaches the tee fds while the program still runs, each stream on
+    its own fd, and equals what the verdict keeps."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    got: dict[str, object] = {}
+
+    def watch() -> None:
+        # The first line arrives before the program's sleep ends.
+        ready = select.select([out_r], [], [], 20 * TIME_SCALE)[0]
+        got["first_at"] = time.monotonic() if ready else None
+
+    t = threading.Thread(target=watch)
+    t.start()
+    script = "echo first; echo oops >&2; sleep 1.5; echo second"
+    t0 = time.monotonic()
+    try:
+        r = sh_in_box(sb, path, script, tee=(out_w, err_w))
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    end = time.monotonic()
+    t.join()
+    assert r.status == "ok", why(r)
+    assert got["first_at"] is not None and got["first_at"] < end - 1.0, (got, t0, end)
+    assert _read_all(out_r) == r.stdout == b"first\nsecond\n", why(r)
+    assert _read_all(err_r) == r.stderr == b"oops\n", why(r)
+
+
+def test_tee_keeps_the_order_of_the_two_streams_and_the_cap(sb):
+    r_fd, w_fd = os.pipe()
+    script = "echo a; sleep 0.2; echo b >&2; sleep 0.2; echo c; head -c 300000 /dev/zero"
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(_read_all(r_fd)))
+    reader.start()
+    try:
+        r = sb.run(
+            ["/bin/sh", "-c", script],
+            tee=(w_fd, w_fd),
+            limits=dataclasses.replace(DEFAULT_LIMITS, max_output_bytes=100_000),
+        )
+    finally:
+        os.close(w_fd)
+    reader.join(timeout=30)
+    [both] = got
+    assert r.status == "output_limit" and r.stdout_truncated, why(r)
+    assert both.startswith(b"a\nb\nc\n"), both[:20]
+    # What the tee shows is what the verdict keeps: the capped stdout and all of stderr.
+    assert len(both) == len(r.stdout) + len(r.stderr) == 100_000 + 2, len(both)
+
+
+def test_tee_to_a_reader_that_never_reads_holds_the_verdict_up_only_briefly(sb):
+    # More than a pipe holds: the writer blocks, the verdict comes after a bounded wait
+    # (rust/sandbox/src/tee.rs, FINISH_WAIT: 5 s), and the reader still gets it all later.
+    r_fd, w_fd = os.pipe()
+    try:
+        t0 = time.monotonic()
+        r = sb.run(["/bin/sh", "-c", "head -c 200000 /dev/zero"], tee=(w_fd, w_fd))
+        took = time.monotonic() - t0
+    finally:
+        os.close(w_fd)
+    assert r.status == "ok" and len(r.stdout) == 200_000, why(r)
+    assert took < 5 + 5 * TIME_SCALE, took
+    assert len(_read_all(r_fd)) == 200_000
+
+
+def test_tee_to_a_reader_that_went_away_does_not_stall_the_run(sb):
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    try:
+        r = sb.run(["/bin/sh", "-c", "echo x; echo y >&2"], tee=(w_fd, w_fd))
+    finally:
+        os.close(w_fd)
+    assert r.status == "ok" and r.stdout == b"x\n" and r.stderr == b"y\n", why(r)
+
+
+@pytest.mark.parametrize(
+    ("tee", "error"),
+    [((1,), TypeError), ([1, 2], TypeError), ((1, "2"), TypeError), ((-1, 2), ValueError)],
+)
+def test_a_bad_tee_is_refused_by_name(sb, tee, error):
+    with pytest.raises(error, match="tee"):
+        sb.run(["/bin/true"], tee=tee)
+
+
+def test_tee_of_a_closed_fd_is_refused_by_name(sb):
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    os.close(w_fd)
+    with pytest.raises(ValueError, match="tee: fd"):
+        sb.run(["/bin/true"], tee=(w_fd, w_fd))
+
+
+def test_the_nsjail_backend_refuses_tee(nj):
+    with pytest.raises(ValueError, match="tee"):
+        nj.run(["/bin/true"], tee=(1, 2))

@@ -1,8 +1,9 @@
 """The ``agentrl`` command line.
 
 ``agentrl run [--wall 2s] [--cpu 1s] [--mem 256M] [--pids 32] [--net] [--file NAME=PATH]
-[--collect NAME] [--out-dir DIR] -- CMD ...`` runs one command in a fresh box, prints its
-output and a one-line verdict on stderr (and writes the collected files under ``DIR``), and
+[--collect NAME] [--out-dir DIR] -- CMD ...`` runs one command in a fresh box, shows its
+output as it is produced (stdout on ours, stderr on ours, in the order the box wrote them; at
+most ``--output`` bytes of each), then a one-line verdict on stderr (and writes the collected files under ``DIR``), and
 exits with a status that reflects the verdict:
 
 =================  ===========================================
@@ -175,18 +176,26 @@ def _cmd_run(a: argparse.Namespace) -> int:
     except (ValueError, TypeError, OSError) as e:
         print(f"agentrl run: {e}", file=sys.stderr)
         return 2
+    tee = _own_fds()
     try:
         with Sandbox(limits=limits, network=a.net) as sb:
-            r = sb.run(argv, stdin=stdin, files=files, collect=a.collect)
+            r = sb.run(
+                argv,
+                stdin=stdin,
+                files=files,
+                collect=a.collect,
+                tee=tee,
+            )
     except (ValueError, TypeError) as e:  # the command line's mistake
         print(f"agentrl run: {e}", file=sys.stderr)
         return 2
     except AgentRLError as e:  # the host cannot make the box
         print(f"agentrl run: {e}", file=sys.stderr)
         return exit_status_of(Status.SANDBOX_ERROR)
-    sys.stdout.buffer.write(r.stdout)
-    sys.stdout.flush()
-    sys.stderr.buffer.write(r.stderr)
+    if tee is None:  # our streams are not files (main() called with them replaced)
+        sys.stdout.buffer.write(r.stdout)
+        sys.stdout.flush()
+        sys.stderr.buffer.write(r.stderr)
     for name, data in r.files.items():
         where = ""
         if a.out_dir is not None:
@@ -201,6 +210,17 @@ def _cmd_run(a: argparse.Namespace) -> int:
         print(f"[collected {name}: {len(data)} bytes{where}]", file=sys.stderr)
     print(f"[agentrl] {r.summary()}", file=sys.stderr)
     return exit_status(r)
+
+
+def _own_fds() -> tuple[int, int] | None:
+    """Our stdout's and stderr's fds, flushed, for the box's live output; ``None`` where either
+    is not backed by a file descriptor."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -119,6 +119,7 @@ from agentrl.sandbox import (
     _bind_tuple,
     _check_common,
     _check_pass_fds,
+    _check_tee,
     _env_pairs,
     _interpreter_paths,
     _python_argv,
@@ -1455,9 +1456,12 @@ class NsjailSandbox(Sandbox):
         limits: Limits | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        tee: tuple[int, int] | None = None,
     ) -> ExecResult:
         """Runs ``argv`` in a fresh nsjail box and returns its verdict (as
-        :meth:`agentrl.Sandbox.run`)."""
+        :meth:`agentrl.Sandbox.run`; ``tee``, live output, needs the native backend)."""
+        if _check_tee(tee) is not None:
+            raise ValueError("tee (live output) needs the native backend")
         args, data, names = _run_args(argv, stdin, collect, limits, cwd)
         file_list: list[tuple[list[str], bytes]] = []
         if files is not None:
@@ -1510,11 +1514,15 @@ class NsjailSandbox(Sandbox):
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         pass_fds: Sequence[int] = (),
+        tee: tuple[int, int] | None = None,
     ) -> ExecResult:
         """Runs Python ``source`` as ``/work/__main__.py`` (``python __main__.py`` in /work).
-        ``pass_fds`` needs the native backend's warm interpreters: any fd is refused."""
+        ``pass_fds`` needs the native backend's warm interpreters: any fd is refused, as is
+        ``tee``."""
         if _check_pass_fds(pass_fds):
             raise ValueError("pass_fds needs the native backend (warm runs)")
+        if _check_tee(tee) is not None:
+            raise ValueError("tee (live output) needs the native backend")
         all_files = _python_files(source, files)
         return self.run(
             _python_argv(self._python),

@@ -374,6 +374,21 @@ def _check_pass_fds(pass_fds: object, warm: bool = True) -> tuple[int, ...]:
     return fds
 
 
+def _check_tee(tee: object) -> tuple[int, int] | None:
+    """``tee`` as ``(stdout_fd, stderr_fd)``, checked."""
+    if tee is None:
+        return None
+    if (
+        not isinstance(tee, tuple)
+        or len(tee) != 2
+        or not all(isinstance(fd, int) and not isinstance(fd, bool) for fd in tee)
+    ):
+        raise TypeError(f"tee must be a (stdout_fd, stderr_fd) pair of ints, got {tee!r}")
+    if min(tee) < 0:
+        raise ValueError(f"tee: {min(tee)} is not a file descriptor")
+    return tee
+
+
 def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
     out: list[tuple[str, bytes]] = []
     if files is None:
@@ -533,6 +548,7 @@ class Sandbox:
         limits: Limits | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        tee: tuple[int, int] | None = None,
         _warm: bool = False,
         _session: object = None,
         _pass_fds: tuple[int, ...] = (),
@@ -542,7 +558,11 @@ class Sandbox:
         ``files`` are written into the work dir first (relative paths); ``collect`` names
         files to hand back afterwards (never following a symlink out of the box). ``limits``
         replaces the sandbox's limits for this run; ``env`` adds to its environment.
-        The GIL is released while the run is in flight; a Ctrl-C (any signal whose handler
+        ``tee=(out_fd, err_fd)`` writes a copy of the program's stdout and stderr to those
+        host fds as it is produced (what the verdict keeps, up to the output cap, in the order
+        the sandbox read it; a writer thread of its own, so a slow reader never holds up the
+        limits, and the verdict waits at most 5 s after the run for one that stopped reading):
+        ``tee=(1, 2)`` shows a run live, as ``agentrl run`` does. The GIL is released while the run is in flight; a Ctrl-C (any signal whose handler
         raises) kills the box and is raised here within about 0.1 s.
         """
         args, data, names = _run_args(argv, stdin, collect, limits, cwd)
@@ -559,6 +579,7 @@ class Sandbox:
             _warm,
             _session,
             list(_pass_fds),
+            _check_tee(tee),
         )
         return ExecResult._from_core(raw)
 
@@ -572,6 +593,7 @@ class Sandbox:
         limits: Limits | None = None,
         env: Mapping[str, str] | None = None,
         pass_fds: Sequence[int] = (),
+        tee: tuple[int, int] | None = None,
     ) -> ExecResult:
         """Runs Python ``source`` as ``/work/__main__.py`` in a fresh box.
 
@@ -588,7 +610,7 @@ class Sandbox:
         fds 3, 4, ... in order, for a channel of your own to the program (a pipe, a socket).
         Whatever they reach, the program can use: pass only what it may hold. The run holds
         copies of them until it ends, so a pipe's reader sees end of file only once both the
-        run and your own copy of its write end are closed.
+        run and your own copy of its write end are closed. ``tee`` is :meth:`run`'s.
         """
         fds = _check_pass_fds(pass_fds, self._warm)
         return self.run(
@@ -598,6 +620,7 @@ class Sandbox:
             collect=collect,
             limits=limits,
             env=env,
+            tee=tee,
             _warm=self._warm_for(_env_pairs("env", env), bool(fds)),
             _pass_fds=fds,
         )

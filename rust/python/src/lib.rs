@@ -107,7 +107,7 @@ impl PySandbox {
     }
 
     /// Runs one program; returns a dict of the verdict fields.
-    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false, session=None, pass_fds=Vec::new()))]
+    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false, session=None, pass_fds=Vec::new(), tee=None))]
     #[allow(clippy::too_many_arguments)]
     fn run<'py>(
         &self,
@@ -122,8 +122,16 @@ impl PySandbox {
         warm: bool,
         session: Option<PyRef<'py, PySession>>,
         pass_fds: Vec<i32>,
+        tee: Option<(i32, i32)>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let pass_fds = dup_fds(&pass_fds)?;
+        let pass_fds = dup_fds("pass_fds", &pass_fds)?;
+        let tee = match tee {
+            Some((o, e)) => {
+                let mut fds = dup_fds("tee", &[o, e])?.into_iter();
+                fds.next().zip(fds.next())
+            }
+            None => None,
+        };
         let req = sb::RunRequest {
             warm,
             session: session.map(|s| s.inner.clone()),
@@ -136,6 +144,7 @@ impl PySandbox {
             env,
             cancel: None,
             pass_fds,
+            tee,
         };
         let inner = self.inner.clone();
         // The run blocks this thread without the GIL; a signal (Ctrl-C) is looked for every
@@ -265,13 +274,14 @@ fn result_dict<'py>(py: Python<'py>, r: sb::ExecResult) -> PyResult<Bound<'py, P
 
 /// Copies the caller's fds for a run (`pass_fds`): the run holds its own copies, whatever
 /// the caller closes meanwhile.
-pub(crate) fn dup_fds(fds: &[i32]) -> PyResult<Vec<Arc<std::os::fd::OwnedFd>>> {
+/// Our own duplicates of the caller's fds (`field` names the argument in errors).
+pub(crate) fn dup_fds(field: &str, fds: &[i32]) -> PyResult<Vec<Arc<std::os::fd::OwnedFd>>> {
     use std::os::fd::FromRawFd;
     fds.iter()
         .map(|&fd| {
             if fd < 0 {
                 return Err(PyValueError::new_err(format!(
-                    "pass_fds: {fd} is not a file descriptor"
+                    "{field}: {fd} is not a file descriptor"
                 )));
             }
             // SAFETY: F_DUPFD_CLOEXEC on any int is safe: it fails with EBADF unless the fd is
@@ -279,7 +289,7 @@ pub(crate) fn dup_fds(fds: &[i32]) -> PyResult<Vec<Arc<std::os::fd::OwnedFd>>> {
             let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
             if new < 0 {
                 let e = std::io::Error::last_os_error();
-                return Err(PyValueError::new_err(format!("pass_fds: fd {fd}: {e}")));
+                return Err(PyValueError::new_err(format!("{field}: fd {fd}: {e}")));
             }
             // SAFETY: a fresh fd from fcntl, owned by nobody else.
             Ok(Arc::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(new) }))

@@ -417,7 +417,7 @@ impl PyPool {
                 cwd: it.5,
                 env: it.6,
                 warm: it.7,
-                pass_fds: crate::dup_fds(&it.11)?,
+                pass_fds: crate::dup_fds("pass_fds", &it.11)?,
                 ..sb::RunRequest::default()
             };
             specs.push(spec(req, it.8, it.9, it.10)?);

@@ -118,6 +118,12 @@ pub struct RunRequest {
     /// whatever they reach (a pipe, a socket) the run can use, so pass only what it may
     /// hold. Warm runs only.
     pub pass_fds: Vec<std::sync::Arc<std::os::fd::OwnedFd>>,
+    /// Host fds `(stdout, stderr)` that get a copy of the run's output as it is read
+    /// (see [`crate::tee`]): what the verdict keeps, in the order it was read.
+    pub tee: Option<(
+        std::sync::Arc<std::os::fd::OwnedFd>,
+        std::sync::Arc<std::os::fd::OwnedFd>,
+    )>,
 }
 
 /// The most fds a run can be given ([`RunRequest::pass_fds`]).

@@ -62,6 +62,7 @@ pub mod session;
 pub mod spawn;
 pub mod supervise;
 pub mod sys;
+pub mod tee;
 pub mod verdict;
 pub mod zygote;
 

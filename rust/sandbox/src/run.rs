@@ -294,6 +294,13 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
                 )
             }
             .into_bytes();
+            // Live output shows it too: it stands for what the program would have said.
+            if let Some((tee, out, err)) = run.tee.lock().unwrap_or_else(|e| e.into_inner()).take()
+            {
+                err.send(&r.stderr);
+                drop((out, err));
+                tee.finish(crate::tee::FINISH_WAIT);
+            }
             return Ok(r);
         }
         Ok(Launch::Live(live)) => live,
@@ -301,6 +308,13 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
     let started = Instant::now();
     let mut out = Capture::new(out_r, l.max_output_bytes);
     let mut err = Capture::new(err_r, l.max_output_bytes);
+    let tee = match run.tee.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        Some((tee, o, e)) => {
+            (out.tee, err.tee) = (Some(o), Some(e));
+            Some(tee)
+        }
+        None => None,
+    };
     let cg = own_cg.as_ref().or(slot.cgroup.as_ref());
     // Where the kernel cannot give an exact per-run peak (cgroup v2 before Linux 6.12, in the
     // slot's own cgroup), the memory is sampled at every CPU-time poll (about every 10 ms) as a
@@ -410,6 +424,11 @@ fn run_inner(shared: &Shared, slot: &mut Slot, run: &Prepared) -> RunResult<Exec
         return Err("the run was cancelled".into());
     }
 
+    // Live output: everything read is queued; wait until it is written.
+    (out.tee, err.tee) = (None, None);
+    if let Some(t) = tee {
+        t.finish(crate::tee::FINISH_WAIT);
+    }
     let usage = match own_cg.as_ref().or(slot.cgroup.as_ref()) {
         Some(cg) => Some(
             cg.usage()

@@ -50,6 +50,16 @@ pub(crate) struct Prepared {
     /// interpreter: from then on only the run holds them, so that its end shows at once to
     /// whoever holds the other end of a pipe or socket.
     pub pass_fds: Mutex<Vec<Arc<OwnedFd>>>,
+    /// See [`RunRequest::tee`]: the writer and its two senders, taken by the run. Started
+    /// here, on the caller's thread: a thread started by the slot's would join the slot's
+    /// cgroup (v1) and count against the run's pids limit.
+    pub tee: Mutex<
+        Option<(
+            crate::tee::Tee,
+            crate::tee::TeeSender,
+            crate::tee::TeeSender,
+        )>,
+    >,
 }
 
 struct Reply {
@@ -628,6 +638,13 @@ fn prepare(config: &SandboxConfig, req: RunRequest) -> Result<Prepared> {
         warm: req.warm,
         cancel: req.cancel,
         pass_fds: Mutex::new(req.pass_fds),
+        tee: Mutex::new(match req.tee {
+            Some(fds) => Some(
+                crate::tee::Tee::start(fds)
+                    .map_err(|e| Error::setup_io("starting the live-output writer", e))?,
+            ),
+            None => None,
+        }),
         session: match req.session {
             Some(s) => Some((s.step_mount()?, s.host_id)),
             None => None,

@@ -11,6 +11,8 @@ pub struct Capture {
     pub data: Vec<u8>,
     pub total: u64,
     cap: u64,
+    /// Where a copy of what is kept goes as it is read (live output), if anywhere.
+    pub tee: Option<crate::tee::TeeSender>,
 }
 
 impl Capture {
@@ -20,6 +22,7 @@ impl Capture {
             data: Vec::new(),
             total: 0,
             cap,
+            tee: None,
         }
     }
 
@@ -43,7 +46,11 @@ impl Capture {
             if n > 0 {
                 let n = n as usize;
                 let room = (self.cap.saturating_sub(self.data.len() as u64)) as usize;
-                self.data.extend_from_slice(&buf[..n.min(room)]);
+                let kept = &buf[..n.min(room)];
+                if let Some(t) = &self.tee {
+                    t.send(kept);
+                }
+                self.data.extend_from_slice(kept);
                 self.total += n as u64;
                 continue;
             }
