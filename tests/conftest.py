@@ -52,7 +52,7 @@ def kernel_version() -> tuple[int, int]:
 
 
 # The newest kernel without each cgroup feature that AGENTRL_CGROUP_HIDE can hide (the
-# sandbox then acts as on that kernel: rust/sandbox/src/cgroup.rs, `hidden`).
+# sandbox then acts as on that kernel: rust/sandbox/src/cgroup/detect.rs, `hidden`).
 _HIDE_AS = {"memory.peak.reset": (6, 11), "memory.peak": (5, 18), "cgroup.kill": (5, 13)}
 
 
