@@ -67,8 +67,8 @@
 //! ## Job slots and exactly-once results
 //!
 //! A job lives in one of `capacity` slots, whose atomic state word
-//! (generation + flags) is the single point of truth; see the `table`
-//! module docs (in the source) for the state machine. In short: a queued job
+//! (generation + flags) is the single point of truth; see
+//! `docs/design/scheduler.md` for the state machine. In short: a queued job
 //! is either claimed by a worker or cancelled, by a CAS on the same word; a
 //! running job accepts a cancellation only until the worker's `fetch_or` that
 //! marks it finishing, which also tells the worker whether it was cancelled.

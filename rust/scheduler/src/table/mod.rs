@@ -4,70 +4,17 @@
 //! This is the lock-free heart of the pool, kept free of threads, parking and
 //! file descriptors so that loom can model it (`tests/loom.rs`).
 //!
-//! # Slots and ids
+//! A slot's state word is `generation << 32 | flags`; every transition on
+//! behalf of a [`JobId`] is a CAS that also checks the generation, and the
+//! flags' state machine gives each job exactly one result. The design (slots
+//! and ids, the state machine, memory orderings, kill hooks) is in
+//! `docs/design/scheduler.md`.
 //!
-//! The table owns `capacity` slots. A job occupies one slot from submission
-//! until its result has been drained **and** its lane entry has been popped;
-//! the free list (a [`ArrayQueue`] of slot indices) is therefore the admission
-//! control: no free slot = the pool is full. Every queue in the table (lanes,
-//! completion, free list) holds at most one entry per occupied slot, so a push
-//! into any of them can never find it full (a transient "full" caused by a
-//! pre-empted consumer is retried).
-//!
-//! A slot's state word is `generation << 32 | flags`. The generation is bumped
-//! when the slot is handed out, and a [`JobId`] is `generation << 32 | index`,
-//! so every transition on behalf of an id is a CAS that also checks the
-//! generation: an operation on a stale id (a job that has finished and whose
-//! slot was reused) fails instead of touching the new job.
-//!
-//! # State machine (flags)
-//!
-//! ```text
-//! submit:    FREE ──────────────────────────────► IN_LANE
-//! worker:    IN_LANE ──claim (CAS)──────────────► RUNNING
-//! cancel:    IN_LANE ──(CAS)────────────────────► IN_LANE|TERMINAL   (result Cancelled published by the canceller)
-//! cancel:    RUNNING ──(CAS)────────────────────► RUNNING|CANCEL_REQ (kill hook fired)
-//! worker:    RUNNING[|CANCEL_REQ] ─fetch_or─────► …|FINISHING        (decides the outcome; CANCEL_REQ => Cancelled)
-//! worker:    …|FINISHING ──store────────────────► TERMINAL           (result published)
-//! worker:    IN_LANE|TERMINAL[|DRAINED] ─CAS────► clears IN_LANE      (stale lane entry of a cancelled job popped)
-//! drain:     TERMINAL|IN_LANE ──CAS─────────────► …|DRAINED
-//! last of drain / lane pop: ───────────────────► FREE, index pushed back on the free list
-//! ```
-//!
-//! Exactly one terminal result per job: the result is published by whoever
-//! sets `TERMINAL` (the canceller of a queued job) or `FINISHING` (the worker),
-//! and both are single CASes/RMWs from states that exclude each other:
-//! a queued job is either claimed (`IN_LANE -> RUNNING`) or cancelled
-//! (`IN_LANE -> IN_LANE|TERMINAL`), never both; a running job accepts
-//! `CANCEL_REQ` only until `FINISHING` is set, and the worker reads
-//! `CANCEL_REQ` in the same RMW that sets `FINISHING`. Hence
-//! [`Table::cancel`] returning `Queued` or `Running` is a promise that the
-//! job's outcome is [`Outcome::Cancelled`].
-//!
-//! # Memory orderings
-//!
-//! * Payload, deadline and outcome live in `UnsafeCell`s owned by whichever
-//!   party the state machine designates; ownership moves only through
-//!   `Release`/`Acquire` pairs: the submitter's `Release` store of `IN_LANE`
-//!   (and the lane push) before a worker's or canceller's `Acquire`; the
-//!   finisher's `Release` completion push before the drainer's `Acquire` pop;
-//!   the releaser's free-list push before the next submitter's pop.
-//! * All state CASes/RMWs are `AcqRel`, so the two parties whose last
-//!   reference frees a slot (drainer and lane popper) synchronise with each
-//!   other before the slot goes back on the free list.
-//! * `group` is only a hint for group cancellation (the CAS on the generation
-//!   decides), so it is `Relaxed`.
-//!
-//! # Kill hooks
-//!
-//! Each slot has a mutex-protected kill hook registered by the executor
-//! through [`CancelToken::on_cancel`]. A canceller that wins `CANCEL_REQ`
-//! takes the mutex, re-checks that the same generation is still running and
-//! not finishing, and calls the hook *under the mutex*. Unregistering (guard
-//! drop) and the worker's end-of-job cleanup take the same mutex, so a hook is
-//! never called after its guard was dropped or for a later job of the slot.
-//! The mutex is uncontended and only touched when a hook is registered or a
-//! running job is cancelled.
+//! Layout: this file holds the state machine ([`Table`], [`Claimed`]); `token`
+//! the per-slot kill hooks and the cancellation handles ([`CancelToken`],
+//! [`KillHookGuard`], [`CancelSource`]).
+
+mod token;
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -76,7 +23,10 @@ use std::time::Instant;
 use crate::job::{JobId, JobSpec, Outcome, OutcomeKind};
 use crate::pad::CachePadded;
 use crate::queue::ArrayQueue;
-use crate::sync::{spin_hint, AtomicBool, AtomicU64, Mutex, Ordering, UnsafeCell};
+use crate::sync::{spin_hint, Ordering, UnsafeCell};
+
+use self::token::SlotSync;
+pub use self::token::{CancelSource, CancelToken, KillHookGuard};
 
 const IN_LANE: u64 = 1;
 const RUNNING: u64 = 2;
@@ -87,71 +37,6 @@ const DRAINED: u64 = 32;
 const FLAGS: u64 = 0xffff_ffff;
 const GEN: u64 = !FLAGS;
 
-type Hook = Box<dyn FnOnce() + Send + 'static>;
-
-struct HookCell {
-    /// Ticket of the latest registration, so that an old guard cannot remove
-    /// a newer hook.
-    ticket: u64,
-    hook: Option<Hook>,
-}
-
-/// The non-generic, shared part of a slot (what a [`CancelToken`] needs).
-pub(crate) struct SlotSync {
-    state: AtomicU64,
-    group: AtomicU64,
-    hook: Mutex<HookCell>,
-    /// A hook is registered (only read by the running job's own worker, so a
-    /// `Relaxed` flag lets the common no-hook path skip the mutex).
-    hook_set: AtomicBool,
-}
-
-impl SlotSync {
-    fn new(state: u64) -> Self {
-        Self {
-            state: AtomicU64::new(state),
-            group: AtomicU64::new(0),
-            hook: Mutex::new(HookCell {
-                ticket: 0,
-                hook: None,
-            }),
-            hook_set: AtomicBool::new(false),
-        }
-    }
-
-    fn lock_hook(&self) -> crate::sync::MutexGuard<'_, HookCell> {
-        // Hooks run under catch_unwind, so the mutex is never poisoned by
-        // them; recover anyway rather than propagate a poison panic.
-        self.hook.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Called by the canceller after it set `CANCEL_REQ` for `gen_bits`.
-    fn fire_hook(&self, gen_bits: u64) {
-        let mut cell = self.lock_hook();
-        let cur = self.state.load(Ordering::Acquire);
-        if cur & GEN != gen_bits || cur & RUNNING == 0 || cur & FINISHING != 0 {
-            return;
-        }
-        if let Some(hook) = cell.hook.take() {
-            self.hook_set.store(false, Ordering::Relaxed);
-            // Runs under the mutex: see the module docs.
-            let _ = catch_unwind(AssertUnwindSafe(hook));
-        }
-        drop(cell);
-    }
-
-    /// Drops any hook left registered; called by the worker after
-    /// `FINISHING`, when `CANCEL_REQ` was seen or a hook is still set.
-    fn clear_hook(&self) {
-        let taken = {
-            let mut cell = self.lock_hook();
-            self.hook_set.store(false, Ordering::Relaxed);
-            cell.hook.take()
-        };
-        drop_quietly(taken);
-    }
-}
-
 struct Slot<J, R> {
     sync: SlotSync,
     /// Payload and deadline: written by the submitter, read by the claiming
@@ -161,7 +46,7 @@ struct Slot<J, R> {
     outcome: UnsafeCell<Option<Outcome<R>>>,
 }
 
-/// See the module docs.
+/// See `docs/design/scheduler.md`.
 pub struct Table<J, R> {
     slots: Box<[CachePadded<Slot<J, R>>]>,
     free: ArrayQueue<u32>,
@@ -170,9 +55,10 @@ pub struct Table<J, R> {
 }
 
 // SAFETY: the cells inside slots are only accessed by the party that the
-// state machine (module docs) makes their owner, with ownership handed over
-// through Release/Acquire pairs, so sharing `&Table` between threads is sound
-// as long as payloads and outcomes may move between threads (`Send`).
+// state machine (docs/design/scheduler.md) makes their owner, with ownership
+// handed over through Release/Acquire pairs, so sharing `&Table` between
+// threads is sound as long as payloads and outcomes may move between threads
+// (`Send`).
 unsafe impl<J: Send, R: Send> Sync for Table<J, R> {}
 // SAFETY: as above; the table owns `J`s and `R`s, which are `Send`.
 unsafe impl<J: Send, R: Send> Send for Table<J, R> {}
@@ -594,199 +480,9 @@ impl<J, R> Drop for Claimed<'_, J, R> {
     }
 }
 
-/// Cancellation handle given to [`Executor::execute`](crate::Executor::execute)
-/// for one attempt of one job.
-///
-/// * [`is_cancelled`](Self::is_cancelled) — poll the flag (one atomic load).
-/// * [`on_cancel`](Self::on_cancel) — register a kill hook (e.g. SIGKILL the
-///   sandboxed process) that the pool calls when the job is cancelled while
-///   running; keep the returned guard alive while the hook is valid.
-///
-/// It also tells the executor which job and attempt it is running.
-pub struct CancelToken<'a> {
-    sync: &'a SlotSync,
-    gen: u64,
-    id: JobId,
-    group: u64,
-    attempt: u32,
-    deadline: Option<Instant>,
-}
-
-impl<'a> CancelToken<'a> {
-    /// True once the job has been cancelled. Its outcome will be
-    /// [`Outcome::Cancelled`] whatever the executor returns.
-    #[inline]
-    pub fn is_cancelled(&self) -> bool {
-        let cur = self.sync.state.load(Ordering::Acquire);
-        cur & GEN == self.gen && cur & CANCEL_REQ != 0
-    }
-
-    /// Registers `hook` to be called (once, from the cancelling thread) if the
-    /// job is cancelled while the returned guard is alive. If the job is
-    /// already cancelled, `hook` runs right now on this thread.
-    ///
-    /// The hook runs under a per-job mutex that dropping the guard also
-    /// takes: once the guard is dropped the hook will never run, and dropping
-    /// it waits for a hook that is running. So register the hook after the
-    /// resource exists (process spawned) and drop the guard before the
-    /// resource goes away (process reaped). The hook must not call back into
-    /// this token. Registering again replaces the previous hook. Panics in
-    /// the hook are caught and ignored.
-    pub fn on_cancel<F>(&self, hook: F) -> KillHookGuard<'a>
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        let mut cell = self.sync.lock_hook();
-        if self.is_cancelled() {
-            drop(cell);
-            let _ = catch_unwind(AssertUnwindSafe(hook));
-            return KillHookGuard {
-                sync: self.sync,
-                ticket: 0,
-            };
-        }
-        cell.ticket += 1;
-        let ticket = cell.ticket;
-        let old = cell.hook.replace(Box::new(hook));
-        self.sync.hook_set.store(true, Ordering::Relaxed);
-        drop(cell);
-        drop_quietly(old);
-        KillHookGuard {
-            sync: self.sync,
-            ticket,
-        }
-    }
-
-    /// The job's id.
-    pub fn job_id(&self) -> JobId {
-        self.id
-    }
-
-    /// The job's group.
-    pub fn group(&self) -> u64 {
-        self.group
-    }
-
-    /// 0 for the first attempt, `n` for the `n`-th retry after an
-    /// [`InfraError`](crate::InfraError).
-    pub fn attempt(&self) -> u32 {
-        self.attempt
-    }
-
-    /// The job's deadline; the pool does not interrupt a running job when it
-    /// passes, so an executor that wants a hard limit enforces it itself.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
-    }
-}
-
-impl fmt::Debug for CancelToken<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelToken")
-            .field("job_id", &self.id)
-            .field("attempt", &self.attempt)
-            .field("cancelled", &self.is_cancelled())
-            .finish_non_exhaustive()
-    }
-}
-
-/// Keeps a kill hook registered; see [`CancelToken::on_cancel`].
-#[must_use = "dropping the guard unregisters the kill hook at once"]
-pub struct KillHookGuard<'a> {
-    sync: &'a SlotSync,
-    /// 0: nothing registered (the hook already ran).
-    ticket: u64,
-}
-
-impl Drop for KillHookGuard<'_> {
-    fn drop(&mut self) {
-        if self.ticket == 0 {
-            return;
-        }
-        let taken = {
-            let mut cell = self.sync.lock_hook();
-            if cell.ticket == self.ticket {
-                self.sync.hook_set.store(false, Ordering::Relaxed);
-                cell.hook.take()
-            } else {
-                None
-            }
-        };
-        drop_quietly(taken);
-    }
-}
-
-impl fmt::Debug for KillHookGuard<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KillHookGuard").finish_non_exhaustive()
-    }
-}
-
-/// A stand-alone cancellation source, for driving an executor outside a pool
-/// (unit tests of executors, one-off runs).
-///
-/// ```
-/// use agentrl_scheduler::CancelSource;
-/// let src = CancelSource::new();
-/// let token = src.token();
-/// assert!(!token.is_cancelled());
-/// assert!(src.cancel());
-/// assert!(token.is_cancelled());
-/// ```
-pub struct CancelSource {
-    sync: SlotSync,
-}
-
-const SOURCE_GEN: u64 = 1 << 32;
-
-impl CancelSource {
-    /// A source whose token is not cancelled.
-    pub fn new() -> Self {
-        Self {
-            sync: SlotSync::new(SOURCE_GEN | RUNNING),
-        }
-    }
-
-    /// A token (job id 0, group 0, attempt 0, no deadline).
-    pub fn token(&self) -> CancelToken<'_> {
-        CancelToken {
-            sync: &self.sync,
-            gen: SOURCE_GEN,
-            id: JobId(0),
-            group: 0,
-            attempt: 0,
-            deadline: None,
-        }
-    }
-
-    /// Cancels: sets the flag and runs the registered hook. Returns false if
-    /// already cancelled.
-    pub fn cancel(&self) -> bool {
-        let prev = self.sync.state.fetch_or(CANCEL_REQ, Ordering::AcqRel);
-        if prev & CANCEL_REQ != 0 {
-            return false;
-        }
-        self.sync.fire_hook(SOURCE_GEN);
-        true
-    }
-}
-
-impl Default for CancelSource {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Debug for CancelSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelSource")
-            .field("cancelled", &self.token().is_cancelled())
-            .finish()
-    }
-}
-
-/// Pushes into a queue that is known to have room (see the module docs),
-/// retrying across the transient "full" of a pre-empted consumer.
+/// Pushes into a queue that is known to have room (see
+/// docs/design/scheduler.md, "Slots and ids"), retrying across the transient
+/// "full" of a pre-empted consumer.
 fn push_spin<T>(q: &ArrayQueue<T>, mut value: T) {
     loop {
         match q.push(value) {
