@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import struct
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from agentrl.scheduler import RolloutScheduler, SchedulerConfig
 from agentrl.train import (
     GRPOConfig,
     GRPOTrainer,
+    SFTConfig,
     TrainConfig,
     collect_sequences,
     load_checkpoint,
@@ -32,9 +34,15 @@ from agentrl.train import (
 from agentrl.train.checkpoint import get_rng_state
 from agentrl.train.cli import add_parser
 from agentrl.train.cli import run as cli_run
+from agentrl.train.config import settings
 from agentrl.train.plot import plot_run
 from agentrl.train.tasks import all_tasks, task_stream, warm_start_data
 from agentrl.train.trainer import train_on_scheduler
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 TINY = GPTConfig(n_layer=1, n_head=2, d_model=32, max_seq_len=64)
 
@@ -60,17 +68,18 @@ def test_flags_toml_and_defaults(tmp_path: Path) -> None:
     toml = tmp_path / "run.toml"
     toml.write_text('[train]\nsteps = 7\ngroup-size = 4\nloss_agg = "dr_grpo"\nscale_std = true\n')
     c = config_from_args(_parse(["--config", str(toml), "--steps", "9", "--no-scale-std"]))
-    assert (c.steps, c.group_size, c.loss_agg, c.scale_std) == (9, 4, "dr_grpo", False)
-    c = config_from_args(_parse(["--out-dir", "none", "--lr", "1e-3", "--sandbox-workers", "3"]))
-    assert c.out_dir is None and c.lr == 1e-3 and c.sandbox_workers == 3
+    assert (c.steps, c.group_size, c.grpo.loss_agg, c.grpo.scale_std) == (9, 4, "dr_grpo", False)
+    argv = ["--out-dir", "none", "--grpo-lr", "1e-3", "--sandbox-workers", "3"]
+    c = config_from_args(_parse(argv))
+    assert c.out_dir is None and c.grpo.lr == 1e-3 and c.sandbox_workers == 3
     assert TrainConfig.from_toml(toml).steps == 7
 
 
 def test_bad_config_values_are_named() -> None:
     with pytest.raises(ValueError, match="group_size"):
         TrainConfig(group_size=0)
-    with pytest.raises(ValueError, match="loss_agg"):
-        TrainConfig(loss_agg="mean")
+    with pytest.raises(ValueError, match=r"GRPOConfig\.loss_agg"):
+        TrainConfig(grpo=GRPOConfig(loss_agg="mean"))
     with pytest.raises(TypeError, match="steps"):
         TrainConfig(steps=2.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown TrainConfig fields: nope"):
@@ -84,11 +93,11 @@ def test_cli_help_has_every_field_and_print_config(capsys: pytest.CaptureFixture
     sub = p.add_subparsers(dest="command")
     tp = add_parser(sub)
     text = tp.format_help()
-    for name in TrainConfig.__dataclass_fields__:
-        assert "--" + name.replace("_", "-") in text
+    for s in settings():
+        assert all(flag in text for flag in s.flags), s
     assert "Completions sampled per task" in text  # the field docstring is the help
     assert cli_run(_parse(["--print-config", "--steps", "3"])) == 0
-    assert json.loads(capsys.readouterr().out)["steps"] == 3
+    assert tomllib.loads(capsys.readouterr().out)["train"]["steps"] == 3
     assert cli_run(_parse(["--held-out", "2"])) == 2
 
 
@@ -324,9 +333,9 @@ def test_smoke_run_reward_rises(tmp_path: Path) -> None:
     # version at a time, so the sampled batches barely depend on timing.
     c = TrainConfig(
         out_dir=str(tmp_path / "run"), seed=0, threads=1, rl_threads=1, progress=False,
-        families="arith", sft_steps=300, sft_batch_size=32, steps=24, group_size=8,
-        groups_per_step=8, lr=5e-4, max_staleness=0, eval_every=0, eval_samples=2,
-        final_eval_samples=2, sandbox_workers=2,
+        families="arith", sft=SFTConfig(steps=300, batch_size=32), steps=24, group_size=8,
+        groups_per_step=8, grpo=GRPOConfig(lr=5e-4), max_staleness=0, eval_every=0,
+        eval_samples=2, final_eval_samples=2, sandbox_workers=2,
     )  # fmt: skip
     s = run_job(c)
     out = tmp_path / "run"

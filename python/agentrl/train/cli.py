@@ -1,7 +1,10 @@
 """``agentrl train``: the main job (see :mod:`agentrl.train.job`).
 
-Every :class:`~agentrl.train.config.TrainConfig` field is a flag (``--steps 80``,
-``--no-progress``); ``--config run.toml`` reads them from a TOML file first.
+Every setting of :class:`~agentrl.train.config.TrainConfig` and its parts is a flag
+(``--steps 80``, ``--no-progress``, ``--eps-high 0.3``, ``--sft-lr 1e-3``; the naming rule is
+in :mod:`agentrl.train.config`); ``--config run.toml`` reads them from a TOML file first
+(tables ``[train]``, ``[grpo]``, ``[sft]``, or flat keys). ``--print-config`` prints the
+resulting config as TOML that ``--config`` reads back.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ),
     )
     add_config_arguments(p)
-    p.add_argument("--print-config", action="store_true", help="print the config and exit")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the config as TOML (what --config reads) and exit",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -41,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"agentrl train: {e}", file=sys.stderr)
         return 2
     if getattr(args, "print_config", False):
-        print(json.dumps(config.to_dict(), indent=2))
+        print(config.to_toml(), end="")
         return 0
     from agentrl.train.job import run_job
 

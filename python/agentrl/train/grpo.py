@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from agentrl.train.config import AGGREGATIONS, GRPOConfig
+
 __all__ = [
     "AGGREGATIONS",
     "LossStats",
@@ -41,7 +43,7 @@ __all__ = [
     "policy_loss",
 ]
 
-AGGREGATIONS = ("seq_mean", "token_mean", "dr_grpo")
+_DEFAULTS = GRPOConfig()
 
 
 def group_advantages(
@@ -152,11 +154,11 @@ def policy_loss(
     prox_logp: Tensor | None = None,
     behav_logp: Tensor | None = None,
     ref_logp: Tensor | None = None,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    is_cap: float | None = 5.0,
-    kl_coef: float = 0.0,
-    agg: str = "seq_mean",
+    eps_low: float = _DEFAULTS.eps_low,
+    eps_high: float = _DEFAULTS.eps_high,
+    is_cap: float | None = _DEFAULTS.is_cap or None,
+    kl_coef: float = _DEFAULTS.kl_coef,
+    agg: str = _DEFAULTS.loss_agg,
     seq_mask: Tensor | None = None,
     n_seqs: float | None = None,
     n_tokens: float | None = None,
@@ -173,7 +175,9 @@ def policy_loss(
     is_cap)`` (``is_cap=None``: uncapped). ``ref_logp`` with ``kl_coef > 0`` adds
     ``kl_coef * k3_kl``. ``seq_mask``: ``[B]`` bool, false for sequences that must not
     count at all (masked rewards): they add nothing, not even to the normalisers.
-    Aggregation: see :func:`aggregate`.
+    Aggregation: see :func:`aggregate`. The defaults of ``eps_low``, ``eps_high``,
+    ``is_cap``, ``kl_coef`` and ``agg`` are those of
+    :class:`~agentrl.train.config.GRPOConfig` (``loss_agg``; its ``is_cap`` 0 is None here).
     """
     if logp.dim() != 2:
         raise ValueError(f"logp must be [batch, tokens], got shape {tuple(logp.shape)}")

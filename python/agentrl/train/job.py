@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import itertools
 import json
 import random
@@ -27,9 +28,9 @@ import torch
 from agentrl.train.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
 from agentrl.train.progress import MetricsLog, ProgressView
-from agentrl.train.sft import SFTConfig, supervised_warm_start
+from agentrl.train.sft import supervised_warm_start
 from agentrl.train.tasks import CodeTask, all_tasks, split_tasks, task_stream, warm_start_data
-from agentrl.train.trainer import GRPOConfig, GRPOTrainer, train_on_scheduler
+from agentrl.train.trainer import GRPOTrainer, train_on_scheduler
 
 __all__ = ["TaskEnv", "evaluate_pass_rate", "run_job"]
 
@@ -144,7 +145,7 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
     policy = Policy.builtin(gpt, device=c.device, seed=c.seed)
     if policy.device.type != "cpu":
         policy = Policy(policy.model, policy.tokenizer, device=policy.device, dtype=torch.float32)
-    trainer = GRPOTrainer(policy, GRPOConfig.from_train_config(c))
+    trainer = GRPOTrainer(policy, c.grpo)
     summary: dict[str, Any] = {
         "out_dir": str(out),
         "train_tasks": len(train_tasks),
@@ -162,23 +163,17 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
     if c.resume:
         warm_meta = load_checkpoint(c.resume, trainer)
         view.message(f"resumed from {c.resume} at step {trainer.step}")
-    elif c.sft_steps:
+    elif c.sft.steps:
+        sft = c.sft if c.sft.seed is not None else dataclasses.replace(c.sft, seed=c.seed)
         pairs = warm_start_data(
-            train_tasks, c.sft_steps * c.sft_batch_size, p_correct=c.p_correct, seed=c.seed
+            train_tasks, sft.steps * sft.batch_size, p_correct=c.p_correct, seed=c.seed
         )
 
         def on_sft(step: int, loss: float, secs: float) -> None:
-            view.update("warm start", step + 1, c.sft_steps, {"loss": loss})
-            if step % 20 == 0 or step + 1 == c.sft_steps:
+            view.update("warm start", step + 1, sft.steps, {"loss": loss})
+            if step % 20 == 0 or step + 1 == sft.steps:
                 log.write("sft", step=step + 1, loss=loss, seconds=secs)
 
-        sft = SFTConfig(
-            steps=c.sft_steps,
-            batch_size=c.sft_batch_size,
-            lr=c.sft_lr,
-            warmup=c.sft_warmup,
-            seed=c.seed,
-        )
         await asyncio.get_running_loop().run_in_executor(
             None, lambda: supervised_warm_start(policy, pairs, sft, on_step=on_sft)
         )
@@ -190,8 +185,8 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
 
     def params(seed: int) -> Any:
         return SamplingParams(
-            max_new_tokens=c.max_new_tokens,
-            temperature=c.temperature,
+            max_new_tokens=c.grpo.max_new_tokens,
+            temperature=c.grpo.temperature,
             top_p=c.top_p,
             stop=STOP,
             seed=seed,

@@ -7,38 +7,13 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from agentrl.train.config import SFTConfig
+
 __all__ = ["SFTConfig", "supervised_warm_start"]
-
-
-@dataclass
-class SFTConfig:
-    """Hyper-parameters of :func:`supervised_warm_start`."""
-
-    steps: int = 400
-    """Optimizer steps."""
-    batch_size: int = 64
-    """Pairs per step."""
-    lr: float = 3e-3
-    """Peak learning rate."""
-    warmup: int = 30
-    """Linear warm-up steps, then cosine decay to 0."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Global gradient norm clip (0: none)."""
-    seed: int = 0
-    """Seeds the order of the pairs."""
-
-    def __post_init__(self) -> None:
-        if self.steps < 0 or self.batch_size < 1 or self.warmup < 0:
-            raise ValueError("SFTConfig: steps >= 0, batch_size >= 1 and warmup >= 0 needed")
-        if not self.lr > 0:
-            raise ValueError(f"SFTConfig.lr must be > 0, got {self.lr}")
 
 
 def _lr_at(step: int, c: SFTConfig) -> float:
@@ -70,7 +45,7 @@ def supervised_warm_start(
     for i, (_, cpl) in enumerate(encoded):
         if not cpl:
             raise ValueError(f"pair {i} has an empty completion")
-    rng = random.Random(c.seed)
+    rng = random.Random(0 if c.seed is None else c.seed)
     order: list[int] = []
     model = policy.model
     params = [p for p in model.parameters() if p.requires_grad]

@@ -22,63 +22,17 @@ import concurrent.futures
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from agentrl.episode import EpisodeGroup, EpisodeStatus
+from agentrl.train.config import GRPOConfig
 from agentrl.train.grpo import group_advantages, policy_loss
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "TrainSequence", "collect_sequences", "train_on_scheduler"]
-
-
-@dataclass
-class GRPOConfig:
-    """Hyper-parameters of :class:`GRPOTrainer` (``TrainConfig`` has the same fields)."""
-
-    lr: float = 3e-4
-    """AdamW learning rate."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    betas: tuple[float, float] = (0.9, 0.99)
-    """AdamW betas."""
-    grad_clip: float = 1.0
-    """Global gradient norm clip (0: none)."""
-    micro_batch_size: int = 64
-    """Sequences per forward/backward pass (gradients accumulate over the batch)."""
-    ppo_epochs: int = 1
-    """Optimizer steps per batch. With 1 the ratio is 1 and only the importance weights of
-    stale tokens matter; with more, the ratio is clipped around the proximal policy."""
-    temperature: float = 1.0
-    """Temperature the rollouts were sampled at; log-probs are recomputed at it."""
-    max_new_tokens: int = 16
-    """The Dr. GRPO normaliser (``loss_agg="dr_grpo"``)."""
-    loss_agg: str = "token_mean"
-    """``seq_mean``, ``token_mean`` or ``dr_grpo`` (see :func:`agentrl.train.grpo.aggregate`)."""
-    scale_std: bool = False
-    """Divide advantages by the group's std."""
-    eps_low: float = 0.2
-    """Lower clip range of the ratio."""
-    eps_high: float = 0.28
-    """Upper clip range of the ratio."""
-    is_cap: float = 5.0
-    """Cap of the stale-token importance weight (0: uncapped)."""
-    kl_coef: float = 0.0
-    """Weight of the k3 KL to the reference policy (0: no reference forward)."""
-
-    @classmethod
-    def from_train_config(cls, c: Any) -> GRPOConfig:
-        """The trainer's part of a :class:`~agentrl.train.config.TrainConfig`: every field
-        of this class that ``c`` also has (the others keep their defaults)."""
-        return cls(**{f.name: getattr(c, f.name) for f in fields(cls) if hasattr(c, f.name)})
-
-    def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError("GRPOConfig.temperature must be > 0 for training")
-        if self.micro_batch_size < 1 or self.ppo_epochs < 1:
-            raise ValueError("GRPOConfig.micro_batch_size and ppo_epochs must be >= 1")
 
 
 @dataclass
