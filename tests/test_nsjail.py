@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import agentrl.nsjail as nsjail_mod
+import agentrl.backends.nsjail.sandbox as nsjail_mod
 import pytest
 from agentrl import Bind, SandboxError, Status
 from agentrl.nsjail import (

