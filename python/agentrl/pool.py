@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrl import _core
+from agentrl._args import check_pass_fds, env_pairs, python_argv, python_files, run_args
 from agentrl._jobs import _JobPool
 from agentrl.jobs import (
     _OUTCOME,
@@ -28,16 +29,7 @@ from agentrl.jobs import (
 )
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
-from agentrl.sandbox import (
-    Sandbox,
-    _check_pass_fds,
-    _env_pairs,
-    _file_list,
-    _python_argv,
-    _python_files,
-    _relocate_argv0,
-    _run_args,
-)
+from agentrl.sandbox import Sandbox, _file_list, _relocate_argv0
 
 if TYPE_CHECKING:  # asyncio is imported where a coroutine needs it (a cold start skips it)
     import asyncio
@@ -167,19 +159,19 @@ class SandboxPool(_JobPool):
         if unknown:
             raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
         files = kw.get("files")
-        env = _env_pairs("env", kw.get("env"))
+        env = env_pairs("env", kw.get("env"))
         warm = False
         if python:
-            files = _python_files(argv, files)
-            argv = _python_argv(self._sandbox.python)
-            fds = _check_pass_fds(kw.get("pass_fds", ()), self._sandbox.warm)
+            files = python_files(argv, files)
+            argv = python_argv(self._sandbox.python)
+            fds = check_pass_fds(kw.get("pass_fds", ()), self._sandbox.warm)
             warm = self._sandbox._warm_for(env, bool(fds))
         else:
-            fds = _check_pass_fds(kw.get("pass_fds", ()), False)
+            fds = check_pass_fds(kw.get("pass_fds", ()), False)
         fds = list(fds)
         limits = kw.get("limits") or self._limits
         cwd = kw.get("cwd")
-        args, data, names = _run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
+        args, data, names = run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
         _relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
         sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
         lt = None if limits is None else limits._as_tuple()

@@ -8,9 +8,22 @@ import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agentrl import _core, _exit
+from agentrl._args import (
+    RELOCATED,
+    Bind,
+    bind_tuple,
+    check_common,
+    check_pass_fds,
+    check_tee,
+    env_pairs,
+    interpreter_paths,
+    python_argv,
+    python_files,
+    run_args,
+    to_box_path,
+)
 from agentrl._warm import bootstrap_argv
 from agentrl.limits import Limits
 from agentrl.result import ExecResult
@@ -24,43 +37,9 @@ CORE_MODULE_IN_BOX = "/.agentrl/_core.so"
 """Where the extension module is bound inside the box for the warm interpreter."""
 
 
-@dataclass(frozen=True)
-class Bind:
-    """An extra bind mount into the box."""
-
-    source: str
-    """Host path (file or directory); must exist."""
-    target: str | None = None
-    """Absolute path inside the box (default: the same as ``source``)."""
-    writable: bool = False
-    """Read-write. Writes reach the host: only for data you mean to share."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.source, (str, os.PathLike)):
-            raise TypeError(f"Bind.source must be a path, got {type(self.source).__name__}")
-        if self.target is not None and not isinstance(self.target, (str, os.PathLike)):
-            raise TypeError(f"Bind.target must be a path, got {type(self.target).__name__}")
-        if not isinstance(self.writable, bool):
-            raise TypeError(f"Bind.writable must be True or False, got {self.writable!r}")
-
-
-def _interpreter_paths() -> list[str]:
-    """The running interpreter's installation: prefix, base prefix and virtualenv."""
-    seen: list[str] = []
-    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
-        for q in (p, os.path.realpath(p)):
-            if q and q not in seen and os.path.isdir(q):
-                seen.append(q)
-    exe_dir = os.path.dirname(os.path.realpath(sys.executable))
-    if exe_dir and not any(exe_dir.startswith(s + os.sep) or exe_dir == s for s in seen):
-        seen.append(exe_dir)
-    return seen
-
-
 # Paths the box builds for itself: an interpreter installed under one of them (a virtualenv in
 # /tmp, say) is bound at a path of its own under /.agentrl/py instead, and run from there.
 _BOX_OWNED = ("/tmp", "/work", "/dev", "/proc", "/sys", "/etc", "/.run", "/.agentrl")
-_RELOCATED = "/.agentrl/py"
 
 
 def _box_owned(path: str) -> bool:
@@ -80,7 +59,7 @@ class _InterpreterLayout:
 
 
 def _interpreter_layout(python: str) -> _InterpreterLayout:
-    paths = _interpreter_paths()
+    paths = interpreter_paths()
     prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
     if prefix not in paths:
         paths.append(prefix)
@@ -89,12 +68,12 @@ def _interpreter_layout(python: str) -> _InterpreterLayout:
     for p in paths:
         if _box_owned(p):
             if not any(p == m or p.startswith(m + "/") for m in mapping):
-                mapping[p] = f"{_RELOCATED}/{len(mapping)}"
+                mapping[p] = f"{RELOCATED}/{len(mapping)}"
         else:
             system.append(p)
 
     def to_box(path: str) -> str:
-        return _to_box_path(path, mapping.items())
+        return to_box_path(path, mapping.items())
 
     dirs = []
     for d in (os.path.dirname(python), os.path.dirname(os.path.realpath(python))):
@@ -108,19 +87,10 @@ def _interpreter_layout(python: str) -> _InterpreterLayout:
     )
 
 
-def _to_box_path(path: str, relocated: Iterable[tuple[str, str]]) -> str:
-    """Where the box sees host ``path``, given the relocated installations ``(host path, box
-    path)``: ``path`` itself when it is under none of them."""
-    for src, dst in relocated:
-        if path == src or path.startswith(src + "/"):
-            return dst + path[len(src) :]
-    return path
-
-
 def _relocate_argv0(args: list[bytes], binds: Sequence[tuple[str, str, bool]]) -> None:
     """A host path of a relocated installation as ``argv[0]`` (``sys.executable`` of a venv
     under /work or /tmp, say) becomes the path where the box sees it: the same program."""
-    args[0] = os.fsencode(_to_box_path(os.fsdecode(args[0]), ((s, d) for s, d, _ in binds)))
+    args[0] = os.fsencode(to_box_path(os.fsdecode(args[0]), ((s, d) for s, d, _ in binds)))
 
 
 def _check_warm_interpreter(python: str) -> None:
@@ -153,148 +123,6 @@ def _check_other_interpreter(python: str, real: str, mtime_ns: int) -> None:
             "agentrl's extension module, which needs CPython 3.10 or newer (warm=False starts "
             "this interpreter afresh for each run_python instead)"
         )
-
-
-def _to_bytes(name: str, v: object) -> bytes:
-    if isinstance(v, bytes):
-        return v
-    if isinstance(v, (str, os.PathLike)):
-        return os.fsencode(v)
-    raise TypeError(f"{name} must be str, bytes or a path, got {type(v).__name__}")
-
-
-def _bind_tuple(b: object) -> tuple[str, str, bool]:
-    if isinstance(b, Bind):
-        src, dst, rw = os.fspath(b.source), os.fspath(b.target or b.source), b.writable
-    elif isinstance(b, (str, os.PathLike)):
-        src = dst = os.fspath(b)
-        rw = False
-    elif isinstance(b, tuple) and len(b) in (2, 3):
-        if not all(isinstance(p, (str, os.PathLike)) for p in b[:2]):
-            raise TypeError(f"bind paths must be str, got {b!r}")
-        src, dst = os.fspath(b[0]), os.fspath(b[1])
-        rw = b[2] if len(b) == 3 else False
-        if not isinstance(rw, bool):  # ("/data", "/data", "no") must not be writable
-            raise TypeError(f"a bind's writable flag must be True or False, got {rw!r}")
-    else:
-        raise TypeError(
-            f"binds entries must be Bind, a path or (source, target[, writable]), got {b!r}"
-        )
-    if not isinstance(src, str) or not isinstance(dst, str):
-        raise TypeError("bind paths must be str")
-    if not os.path.isabs(dst):
-        raise ValueError(f"bind target {dst!r} must be absolute")
-    return (os.path.abspath(src), dst, rw)
-
-
-def _env_pairs(name: str, env: Mapping[str, str] | None) -> list[tuple[str, str]]:
-    if env is None:
-        return []
-    if not isinstance(env, Mapping):
-        raise TypeError(f"{name} must be a mapping of str to str, got {type(env).__name__}")
-    out = []
-    for k, v in env.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise TypeError(f"{name} keys and values must be str, got {k!r}: {v!r}")
-        if not k or "=" in k or "\0" in k:
-            raise ValueError(f"{name}: invalid variable name {k!r}")
-        if "\0" in v:
-            raise ValueError(f"{name}: value of {k} contains a NUL byte")
-        out.append((k, v))
-    return out
-
-
-def _check_common(
-    limits: Limits | None,
-    max_concurrency: int | None,
-    default_concurrency: int,
-    shared: Mapping[str, Any],
-) -> tuple[Limits, int]:
-    """Validates the arguments every backend takes; returns them with defaults filled in.
-
-    ``shared`` maps the other constructor arguments both backends take (``network``,
-    ``degraded``, ``warm``, ``binds``, ``preimports``, ``cgroup_parent``, ``python``) to their
-    values: a flag must be a bool (``network="no"`` must not turn the host network on), the
-    rest of the right kind, each error naming its argument."""
-    for name in ("network", "degraded", "warm"):
-        if not isinstance(shared[name], bool):
-            raise TypeError(f"{name} must be True or False, got {shared[name]!r}")
-    for name in ("binds", "preimports"):
-        v = shared[name]
-        if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
-            raise TypeError(f"{name} must be a sequence, got {type(v).__name__}")
-    for name in ("cgroup_parent", "python"):
-        v = shared[name]
-        if v is not None and not isinstance(v, (str, os.PathLike)):
-            raise TypeError(f"{name} must be a path (str), got {type(v).__name__}")
-    if limits is None:
-        limits = Limits()
-    if not isinstance(limits, Limits):
-        raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
-    if max_concurrency is None:
-        max_concurrency = default_concurrency
-    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
-        raise TypeError("max_concurrency must be an int")
-    if not 1 <= max_concurrency <= 4096:
-        raise ValueError(f"max_concurrency must be between 1 and 4096, got {max_concurrency}")
-    return limits, max_concurrency
-
-
-def _run_args(
-    argv: Any, stdin: Any, collect: Any, limits: Any, cwd: Any
-) -> tuple[list[bytes], bytes, list[str]]:
-    """Validates the per-run arguments every entry point takes (``Sandbox.run``, the nsjail
-    backend, ``SandboxPool`` jobs); returns argv and stdin as bytes and the collect names."""
-    if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
-        raise TypeError("argv must be a sequence of arguments, not a single string")
-    args = [_to_bytes("argv items", a) for a in argv]
-    if not args:
-        raise ValueError("argv is empty")
-    for a in args:
-        if b"\0" in a:
-            raise ValueError(f"argv item {a!r} contains a NUL byte")
-    if not args[0]:
-        raise ValueError("argv[0] is empty")
-    if stdin is None:
-        data = b""
-    elif isinstance(stdin, str):
-        data = stdin.encode()
-    elif isinstance(stdin, (bytes, bytearray, memoryview)):
-        data = bytes(stdin)
-    else:
-        raise TypeError(f"stdin must be bytes or str, got {type(stdin).__name__}")
-    if isinstance(collect, str):
-        raise TypeError("collect must be a sequence of relative paths, not a single string")
-    names = list(collect)
-    for n in names:
-        if not isinstance(n, str):
-            raise TypeError(f"collect entries must be str, got {n!r}")
-    if limits is not None and not isinstance(limits, Limits):
-        raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
-    if cwd is not None and not isinstance(cwd, str):
-        raise TypeError("cwd must be a str")
-    return args, data, names
-
-
-def _python_files(
-    source: object, files: Mapping[str, bytes | str] | None
-) -> dict[str, bytes | str]:
-    """The files of a ``run_python``: ``files`` with ``source`` as ``__main__.py``."""
-    if not isinstance(source, str):
-        raise TypeError(f"source must be a str, got {type(source).__name__}")
-    if files is not None and not isinstance(files, Mapping):
-        raise TypeError(
-            f"files must be a mapping of relative path to bytes or str, got {type(files).__name__}"
-        )
-    if files and "__main__.py" in files:
-        raise ValueError("files: __main__.py is the program itself; pass it as source")
-    return {**(files or {}), "__main__.py": source}
-
-
-def _python_argv(python: str) -> list[str]:
-    """The command of a cold ``run_python``: ``python __main__.py`` in /work, as a program is
-    run on the host (the environment honoured, /work first on ``sys.path``)."""
-    return [python, "__main__.py"]
 
 
 # What a fresh process reads of its environment when it starts, and a fork of the warm
@@ -351,42 +179,6 @@ def _cold_because(base: Mapping[str, str], env: Sequence[tuple[str, str]]) -> st
         if k in _READ_AT_START or k.startswith(_READ_AT_START_PREFIXES):
             return k
     return None
-
-
-_MAX_PASS_FDS = 8
-
-
-def _check_pass_fds(pass_fds: object, warm: bool = True) -> tuple[int, ...]:
-    """``pass_fds`` as a tuple of ints, checked; any fd for a sandbox without warm runs
-    (``warm``) is refused."""
-    if isinstance(pass_fds, (str, bytes)) or not isinstance(pass_fds, Iterable):
-        raise TypeError(f"pass_fds must be a sequence of ints, got {type(pass_fds).__name__}")
-    fds = tuple(pass_fds)
-    for fd in fds:
-        if isinstance(fd, bool) or not isinstance(fd, int):
-            raise TypeError(f"pass_fds: {fd!r} is not an int file descriptor")
-        if fd < 0:
-            raise ValueError(f"pass_fds: {fd} is not a file descriptor")
-    if len(fds) > _MAX_PASS_FDS:
-        raise ValueError(f"pass_fds: {len(fds)} fds given, at most {_MAX_PASS_FDS} can be passed")
-    if fds and not warm:
-        raise ValueError("pass_fds needs a warm sandbox (warm=True)")
-    return fds
-
-
-def _check_tee(tee: object) -> tuple[int, int] | None:
-    """``tee`` as ``(stdout_fd, stderr_fd)``, checked."""
-    if tee is None:
-        return None
-    if (
-        not isinstance(tee, tuple)
-        or len(tee) != 2
-        or not all(isinstance(fd, int) and not isinstance(fd, bool) for fd in tee)
-    ):
-        raise TypeError(f"tee must be a (stdout_fd, stderr_fd) pair of ints, got {tee!r}")
-    if min(tee) < 0:
-        raise ValueError(f"tee: {min(tee)} is not a file descriptor")
-    return tee
 
 
 def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
@@ -466,7 +258,7 @@ class Sandbox:
         python: str | None = None,
         backend: str = "native",
     ) -> None:
-        limits, max_concurrency = _check_common(
+        limits, max_concurrency = check_common(
             limits, max_concurrency, min(4096, max(8, 8 * (os.cpu_count() or 1))), locals()
         )  # locals(): this constructor's arguments, nothing else yet
         self._limits = limits
@@ -483,7 +275,7 @@ class Sandbox:
             "USER": "sandbox",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        base_env.update(dict(_env_pairs("env", env)))
+        base_env.update(dict(env_pairs("env", env)))
         self._base_env = base_env
         self._python = layout.python
         self._relocated = tuple(layout.binds)
@@ -491,7 +283,7 @@ class Sandbox:
         if preload is not None and not isinstance(preload, Mapping):
             raise TypeError("preload must be a mapping of module name to source text")
         self._preload = tuple((preload or {}).items())
-        bind_list = [*layout.binds, *(_bind_tuple(b) for b in binds)]
+        bind_list = [*layout.binds, *(bind_tuple(b) for b in binds)]
         warm_cfg = None
         if warm:
             _check_warm_interpreter(host_python)
@@ -565,7 +357,7 @@ class Sandbox:
         ``tee=(1, 2)`` shows a run live, as ``agentrl run`` does. The GIL is released while the run is in flight; a Ctrl-C (any signal whose handler
         raises) kills the box and is raised here within about 0.1 s.
         """
-        args, data, names = _run_args(argv, stdin, collect, limits, cwd)
+        args, data, names = run_args(argv, stdin, collect, limits, cwd)
         _relocate_argv0(args, self._relocated)
         file_list = _file_list(files)
         raw = self._inner.run(
@@ -575,11 +367,11 @@ class Sandbox:
             names,
             None if limits is None else limits._as_tuple(),
             cwd,
-            _env_pairs("env", env),
+            env_pairs("env", env),
             _warm,
             _session,
             list(_pass_fds),
-            _check_tee(tee),
+            check_tee(tee),
         )
         return ExecResult._from_core(raw)
 
@@ -612,16 +404,16 @@ class Sandbox:
         copies of them until it ends, so a pipe's reader sees end of file only once both the
         run and your own copy of its write end are closed. ``tee`` is :meth:`run`'s.
         """
-        fds = _check_pass_fds(pass_fds, self._warm)
+        fds = check_pass_fds(pass_fds, self._warm)
         return self.run(
-            _python_argv(self._python),
+            python_argv(self._python),
             stdin=stdin,
-            files=_python_files(source, files),
+            files=python_files(source, files),
             collect=collect,
             limits=limits,
             env=env,
             tee=tee,
-            _warm=self._warm_for(_env_pairs("env", env), bool(fds)),
+            _warm=self._warm_for(env_pairs("env", env), bool(fds)),
             _pass_fds=fds,
         )
 
