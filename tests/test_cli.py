@@ -233,6 +233,18 @@ def test_help_shows_the_defaults(command, shown):
     assert "(default: None)" not in out and "(default: False)" not in out, out
 
 
+def test_a_default_of_zero_is_shown_and_off_is_not():
+    from agentrl.cli import _Parser
+
+    p = _Parser(prog="x")
+    p.add_argument("--n", type=int, default=0, help="count")
+    p.add_argument("--flag", action="store_true", help="switch")
+    p.add_argument("--name", help="name")
+    text = " ".join(p.format_help().split())
+    assert "count (default: 0)" in text, text
+    assert "switch (default" not in text and "name (default" not in text, text
+
+
 def test_ctrl_c_ends_with_130_and_no_traceback():
     from conftest import wait_box_started
 

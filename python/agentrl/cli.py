@@ -92,7 +92,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     off, or an empty list)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, [], ()) or "%(default)" in (action.help or ""):
+        d = action.default
+        # By identity: a default of 0 (== False) is a value to show.
+        if d is None or d is False or d == [] or d == () or "%(default)" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
