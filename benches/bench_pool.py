@@ -28,7 +28,7 @@ from typing import Any
 
 import uvloop
 from agentrl import RolloutScheduler, SandboxPool, SchedulerConfig, _core
-from agentrl._jobs import _TestPool
+from agentrl.pool.testing import _TestPool
 
 CORES = os.cpu_count() or 1
 

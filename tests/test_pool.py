@@ -24,7 +24,7 @@ from agentrl import (
     SandboxPool,
     Status,
 )
-from agentrl._jobs import _TestPool
+from agentrl.pool.testing import _TestPool
 from conftest import why
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -27,7 +27,7 @@ DOCS = "https://github.com/agentrl/agentrl/blob/main/docs/deployment.md"
 MAKE_BOXES = textwrap.dedent(
     """
     import os, sys
-    import agentrl, agentrl.nsjail, agentrl.sandbox
+    import agentrl, agentrl.backends.nsjail, agentrl.sandbox.box
     from agentrl import Sandbox, SandboxError, SandboxPool
     if sys.argv[1] == "nobody":
         os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from agentrl.evaluation import CaseResult, ErrorClass, Judgement
 from agentrl.evaluation.judgement import build_judgement, masked_judgement
-from agentrl.rewards import Reward, RewardConfig, extract_code, has_expected_format, shape
+from agentrl.evaluation.rewards import (
+    Reward,
+    RewardConfig,
+    extract_code,
+    has_expected_format,
+    shape,
+)
 
 
 def judged(

@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 import torch
-from agentrl.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
+from agentrl.cli.train import add_parser
+from agentrl.cli.train import run as cli_run
 from agentrl.policy import GPTConfig, LocalBackend, Policy, SamplingParams
-from agentrl.scheduler import RolloutScheduler, SchedulerConfig
+from agentrl.rollout.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
+from agentrl.rollout.scheduler import RolloutScheduler, SchedulerConfig
 from agentrl.train import (
     GRPOConfig,
     GRPOTrainer,
@@ -32,8 +34,6 @@ from agentrl.train import (
     split_tasks,
 )
 from agentrl.train.checkpoint import get_rng_state
-from agentrl.train.cli import add_parser
-from agentrl.train.cli import run as cli_run
 from agentrl.train.config import settings
 from agentrl.train.plot import plot_run
 from agentrl.train.tasks import all_tasks, task_stream, warm_start_data

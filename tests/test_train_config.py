@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from agentrl.cli.train import add_parser
+from agentrl.cli.train import run as cli_run
 from agentrl.train import GRPOConfig, SFTConfig, TrainConfig, policy_loss
-from agentrl.train.cli import add_parser
-from agentrl.train.cli import run as cli_run
 from agentrl.train.config import config_from_args, field_docs, load_toml, settings, to_toml
 
 if sys.version_info >= (3, 11):

@@ -1,17 +1,21 @@
 """agentrl: an engine for agent reinforcement learning of language models.
 
-The sandbox runs untrusted, model-generated programs in isolated boxes built on Linux
-namespaces, seccomp-bpf, cgroups and rlimits, from a Rust core; the pool and the rollout
-scheduler run them off the GIL, overlapped with generation; :mod:`agentrl.evaluation` and
-:mod:`agentrl.rewards` turn runs into verifiable rewards; :mod:`agentrl.envs` holds the
-environments and :mod:`agentrl.integrations` the TRL/verl adapters. The torch parts
-(:mod:`agentrl.policy`, :mod:`agentrl.train`) are imported on first use, so importing
-agentrl does not import torch.
+The rooms of the package:
+
+* :mod:`agentrl.sandbox`: isolated boxes on Linux namespaces, seccomp-bpf, cgroups and
+  rlimits, built by the Rust core; :mod:`agentrl.backends` holds the nsjail backend.
+* :mod:`agentrl.pool`: sandbox jobs on the Rust scheduler's worker threads, off the GIL.
+* :mod:`agentrl.rollout`: the rollout scheduler, generation overlapped with execution.
+* :mod:`agentrl.evaluation`: tasks, the judge, human-eval compatibility and reward shaping.
+* :mod:`agentrl.envs`: text environments; :mod:`agentrl.integrations`: TRL and verl.
+* :mod:`agentrl.policy`, :mod:`agentrl.train`: the torch policy and the GRPO trainer,
+  imported on first use, so importing agentrl does not import torch.
+* :mod:`agentrl.cli`: the ``agentrl`` command.
 """
 
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError, SandboxError
-from agentrl.jobs import (
+from agentrl.pool import (
     JobExpired,
     JobFailed,
     JobOutcome,
@@ -19,18 +23,15 @@ from agentrl.jobs import (
     PoolClosed,
     PoolFull,
     PoolFuture,
+    SandboxPool,
 )
-from agentrl.limits import Limits
-from agentrl.pool import SandboxPool
-from agentrl.result import ExecResult, Status
-from agentrl.sandbox import Bind, Sandbox
-from agentrl.session import Session, Snapshot
+from agentrl.sandbox import Bind, ExecResult, Limits, Sandbox, Session, Snapshot, Status
 
 _LAZY_MODULES = ("policy", "train")
 
 _LAZY_NAMES = {
     **{
-        name: "agentrl.scheduler"
+        name: "agentrl.rollout"
         for name in (
             "Episode",
             "EpisodeGroup",

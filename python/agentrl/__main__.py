@@ -2,6 +2,6 @@
 
 import sys
 
-from agentrl.cli import main
+from agentrl.cli.main import main
 
 sys.exit(main())

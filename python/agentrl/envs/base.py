@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.jobs import _check_int, _check_range
+from agentrl.sandbox.args import check_int, check_range
 
 __all__ = [
     "RewardMasked",
@@ -42,13 +42,13 @@ def check_field(
         if not isinstance(value, str):
             raise TypeError(f"{where} must be a str, got {type(value).__name__}")
     elif kind == "int":
-        _check_int(where, value, low, high)
+        check_int(where, value, low, high)
     else:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"{where} must be a number, got {value!r}")
         if not math.isfinite(value):
             raise ValueError(f"{where} must be finite, got {value!r}")
-        _check_range(where, value, low, high)
+        check_range(where, value, low, high)
 
 
 @dataclass

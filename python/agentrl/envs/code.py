@@ -11,7 +11,7 @@ from agentrl.envs.tasks import coerce_task
 
 if TYPE_CHECKING:
     from agentrl.evaluation import Evaluator, Judgement, Task
-    from agentrl.rewards import Reward, RewardConfig
+    from agentrl.evaluation.rewards import Reward, RewardConfig
 
 __all__ = ["CodeEnv", "CodeEnvConfig", "CodeRepairConfig", "CodeRepairEnv"]
 
@@ -27,10 +27,10 @@ class CodeEnvConfig:
     """Configuration of a :class:`CodeEnv`."""
 
     reward: RewardConfig | None = None
-    """How a judgement becomes a reward (:func:`agentrl.rewards.shape`); None: defaults."""
+    """How a judgement becomes a reward (:func:`agentrl.evaluation.rewards.shape`); None: defaults."""
     extract_code: bool = True
     """Judge the code of the completion's markdown fence when it has one
-    (:func:`agentrl.rewards.extract_code`); the reward's format term sees the raw text."""
+    (:func:`agentrl.evaluation.rewards.extract_code`); the reward's format term sees the raw text."""
     prompt_template: str = "{prompt}"
     """The first observation; fields ``{prompt}`` and ``{task_id}``."""
 
@@ -39,7 +39,7 @@ class CodeEnvConfig:
 
 
 def _check_common_fields(owner: str, c: Any) -> None:
-    from agentrl.rewards import RewardConfig
+    from agentrl.evaluation.rewards import RewardConfig
 
     if c.reward is not None and not isinstance(c.reward, RewardConfig):
         raise TypeError(f"{owner}.reward must be a RewardConfig or None, got {c.reward!r}")
@@ -89,7 +89,7 @@ def _evaluator(evaluator: Any) -> Evaluator:
 
 
 def _shape(j: Judgement, text: str, cfg: RewardConfig | None) -> Reward:
-    from agentrl.rewards import shape
+    from agentrl.evaluation.rewards import shape
 
     return shape(j, text, cfg)
 
@@ -97,7 +97,7 @@ def _shape(j: Judgement, text: str, cfg: RewardConfig | None) -> Reward:
 def _code(text: str, extract: bool) -> str:
     if not extract:
         return text
-    from agentrl.rewards import extract_code
+    from agentrl.evaluation.rewards import extract_code
 
     return extract_code(text)
 
@@ -154,7 +154,7 @@ class CodeEnv(_CodeEnvBase):
     judges the completion and ends the episode with the shaped reward.
 
     ``info``: ``judgement`` (:class:`agentrl.evaluation.Judgement`), ``reward``
-    (:class:`agentrl.rewards.Reward`, with its components), ``masked`` (the reason when
+    (:class:`agentrl.evaluation.rewards.Reward`, with its components), ``masked`` (the reason when
     the sandbox failed and the reward is None, else None). The observation after the step
     is the judgement's feedback (empty when it passed).
     """

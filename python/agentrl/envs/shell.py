@@ -9,11 +9,11 @@ from typing import Any
 
 from agentrl.envs.base import StepResult, TextEnv, action_text, check_field, trim_middle
 from agentrl.errors import SandboxError
-from agentrl.limits import Limits
-from agentrl.pool import SandboxPool
-from agentrl.result import ExecResult, Status
-from agentrl.sandbox import Sandbox
-from agentrl.session import Session
+from agentrl.pool.pool import SandboxPool
+from agentrl.sandbox.box import Sandbox
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult, Status
+from agentrl.sandbox.session import Session
 
 __all__ = ["ShellEnv", "ShellEnvConfig", "ShellTask"]
 

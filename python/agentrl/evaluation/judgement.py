@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.result import ExecResult, Status
+from agentrl.sandbox.result import ExecResult, Status
 
 __all__ = ["CaseResult", "ErrorClass", "Judgement", "masked_judgement"]
 

@@ -12,7 +12,7 @@ from agentrl.envs.base import action_text
 
 if TYPE_CHECKING:
     from agentrl.evaluation import Evaluator, Judgement, Task
-    from agentrl.rewards import Reward, RewardConfig
+    from agentrl.evaluation.rewards import Reward, RewardConfig
 
 __all__ = ["Scored", "Scorer", "task_table"]
 
@@ -65,10 +65,10 @@ class Scorer:
             if not isinstance(evaluator, Evaluator):
                 raise TypeError(f"evaluator must be an agentrl.evaluation.Evaluator: {evaluator!r}")
         if reward is not None:
-            from agentrl.rewards import RewardConfig
+            from agentrl.evaluation.rewards import RewardConfig
 
             if not isinstance(reward, RewardConfig):
-                raise TypeError("reward must be an agentrl.rewards.RewardConfig")
+                raise TypeError("reward must be an agentrl.evaluation.rewards.RewardConfig")
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self._evaluator = evaluator
@@ -97,12 +97,12 @@ class Scorer:
     def code_of(self, text: str) -> str:
         if not self.extract_code:
             return text
-        from agentrl.rewards import extract_code
+        from agentrl.evaluation.rewards import extract_code
 
         return extract_code(text)
 
     def _shape(self, judgements: Iterable[Judgement], texts: list[str]) -> list[Scored]:
-        from agentrl.rewards import shape
+        from agentrl.evaluation.rewards import shape
 
         return [
             Scored(j, shape(j, t, self.reward_config))

@@ -26,7 +26,7 @@ from agentrl.integrations._common import Scored, Scorer, task_table
 
 if TYPE_CHECKING:
     from agentrl.evaluation import Evaluator, Task
-    from agentrl.rewards import RewardConfig
+    from agentrl.evaluation.rewards import RewardConfig
 
 __all__ = ["AsyncCodeReward", "CodeReward"]
 
@@ -50,7 +50,7 @@ class CodeReward:
     * ``evaluator``: an :class:`agentrl.evaluation.Evaluator` to borrow; None makes one on
       first use (``workers``, ``timeout``) that :meth:`close` closes.
     * ``tasks``: a table of tasks (mapping or iterable) that a ``task_id`` column selects.
-    * ``reward``: the :class:`agentrl.rewards.RewardConfig` of the shaping.
+    * ``reward``: the :class:`agentrl.evaluation.rewards.RewardConfig` of the shaping.
     * ``extract_code``: judge the markdown fence's code when the completion has one.
     * ``prompt_source``: the code a completion continues (HumanEval completions continue
       the prompt's signature): ``"auto"`` takes a ``task_prompt`` column, else the task

@@ -35,7 +35,7 @@ from agentrl.integrations._common import Scored, Scorer, set_shared_scorer, shar
 
 if TYPE_CHECKING:
     from agentrl.evaluation import Evaluator, Task
-    from agentrl.rewards import RewardConfig
+    from agentrl.evaluation.rewards import RewardConfig
 
 __all__ = [
     "compute_score",

@@ -54,7 +54,7 @@ class TaskEnv:
         return task.prompt
 
     async def step(self, action: Any) -> tuple[None, float | None, bool, dict[str, Any]]:
-        from agentrl.rewards import shape
+        from agentrl.evaluation.rewards import shape
 
         ftask = self._cache.get(self.task.task_id)
         if ftask is None:
@@ -126,9 +126,9 @@ def run_job(config: TrainConfig | None = None, *, view: ProgressView | None = No
 
 async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
     from agentrl.evaluation import Evaluator
+    from agentrl.evaluation.rewards import RewardConfig
     from agentrl.policy import GPTConfig, LocalBackend, Policy, SamplingParams
-    from agentrl.rewards import RewardConfig
-    from agentrl.scheduler import RolloutScheduler, SchedulerConfig
+    from agentrl.rollout.scheduler import RolloutScheduler, SchedulerConfig
 
     t_start = time.monotonic()
     out = _out_dir(c)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from agentrl.episode import EpisodeGroup, EpisodeStatus
+from agentrl.rollout.episode import EpisodeGroup, EpisodeStatus
 from agentrl.train.config import GRPOConfig
 from agentrl.train.grpo import group_advantages, policy_loss
 

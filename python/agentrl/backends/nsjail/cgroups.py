@@ -15,7 +15,7 @@ import time
 
 from agentrl import _core
 from agentrl.errors import SandboxError
-from agentrl.limits import Limits
+from agentrl.sandbox.limits import Limits
 
 log = logging.getLogger("agentrl.nsjail")  # the logger name from before the move
 

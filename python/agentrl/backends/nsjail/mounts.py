@@ -11,9 +11,9 @@ import shutil
 import stat
 from collections.abc import Mapping
 
-from agentrl._args import RELOCATED, interpreter_paths
 from agentrl.backends.nsjail.ids import BOX_ID
 from agentrl.backends.nsjail.staging import _reachable_by_others
+from agentrl.sandbox.args import RELOCATED, interpreter_paths
 
 WORK_DIR = "/work"
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

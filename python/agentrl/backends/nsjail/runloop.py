@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from agentrl.backends.nsjail.capture import _Capture, _parse_log
 from agentrl.backends.nsjail.cgroups import _RunCgroup
-from agentrl.limits import Limits
-from agentrl.result import ExecResult, Status
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult, Status
 
 _POLL_S = 0.01
 """How often a run's CPU time is sampled while nothing else happens."""

@@ -18,17 +18,6 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NoReturn
 
-from agentrl._args import (
-    bind_tuple,
-    check_common,
-    check_pass_fds,
-    check_tee,
-    env_pairs,
-    python_argv,
-    python_files,
-    run_args,
-    to_box_path,
-)
 from agentrl.backends.nsjail.binary import find_nsjail
 from agentrl.backends.nsjail.boxinit import _INIT, _WRAPPER, _WRAPPER_NO_CG
 from agentrl.backends.nsjail.cgroups import _Cgroups
@@ -52,9 +41,20 @@ from agentrl.backends.nsjail.mounts import (
 from agentrl.backends.nsjail.runloop import _cannot, _Run, _watch
 from agentrl.backends.nsjail.staging import _restage, _Staging
 from agentrl.errors import SandboxError
-from agentrl.limits import Limits
-from agentrl.result import ExecResult, Status
-from agentrl.sandbox import Bind, Sandbox, StrOrBytesPath
+from agentrl.sandbox.args import (
+    bind_tuple,
+    check_common,
+    check_pass_fds,
+    check_tee,
+    env_pairs,
+    python_argv,
+    python_files,
+    run_args,
+    to_box_path,
+)
+from agentrl.sandbox.box import Bind, Sandbox, StrOrBytesPath
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult, Status
 
 
 class NsjailSandbox(Sandbox):

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from agentrl import _core
 from agentrl.errors import SandboxError
-from agentrl.limits import Limits
-from agentrl.result import ExecResult
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult
 
 if TYPE_CHECKING:
-    from agentrl.sandbox import Sandbox, StrOrBytesPath
+    from agentrl.sandbox.box import Sandbox, StrOrBytesPath
 
 __all__ = ["Session", "Snapshot"]
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from agentrl import _core
 from agentrl.errors import AgentRLError
+from agentrl.sandbox.args import check_int
 
 __all__ = [
     "JobExpired",
@@ -112,24 +113,6 @@ _OUTCOME = (
 """What the Rust core builds ``collect`` results as."""
 
 
-def _check_int(name: str, v: object, lo: float | None, hi: float | None) -> int:
-    """``v`` as an int within ``[lo, hi]`` (None: unbounded on that side), else TypeError or
-    ValueError naming ``name``."""
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    _check_range(name, v, lo, hi)
-    return v
-
-
-def _check_range(name: str, v: float, lo: float | None, hi: float | None) -> None:
-    if (lo is None or v >= lo) and (hi is None or v <= hi):
-        return
-    if lo is not None and hi is not None:
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {v}")
-    bound = f"at least {lo}" if hi is None else f"at most {hi}"
-    raise ValueError(f"{name} must be {bound}, got {v}")
-
-
 _NO_SCHEDULE = (0, 0, None)
 
 
@@ -146,8 +129,8 @@ def _schedule(
         and not group | priority
     ):
         return _NO_SCHEDULE
-    _check_int("group", group, 0, (1 << 64) - 1)
-    _check_int("priority", priority, -(1 << 31), (1 << 31) - 1)
+    check_int("group", group, 0, (1 << 64) - 1)
+    check_int("priority", priority, -(1 << 31), (1 << 31) - 1)
     if deadline is not None and deadline_at is not None:
         raise TypeError(
             "give deadline (seconds from now) or deadline_at (time.monotonic()), not both"

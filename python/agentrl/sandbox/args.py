@@ -1,9 +1,9 @@
 """The argument checks every entry point shares, and the interpreter paths both backends bind.
 
-:class:`agentrl.Sandbox` (``agentrl.sandbox``), its nsjail backend (``agentrl.backends.nsjail``)
+:class:`agentrl.Sandbox` (``agentrl.sandbox.box``), its nsjail backend (``agentrl.backends.nsjail``)
 and :class:`agentrl.SandboxPool` jobs check their arguments with these functions, so each
 mistake is refused with the same error, naming its argument, whichever entry point it reached.
-:class:`Bind` is defined here because :func:`bind_tuple` checks for it; ``agentrl.sandbox`` and
+:class:`Bind` is defined here because :func:`bind_tuple` checks for it; ``agentrl.sandbox.box`` and
 ``agentrl`` export it.
 """
 
@@ -15,16 +15,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.limits import Limits
+from agentrl.sandbox.limits import Limits
 
 __all__ = [
     "RELOCATED",
     "Bind",
     "bind_tuple",
     "check_common",
+    "check_int",
     "check_pass_fds",
+    "check_range",
     "check_tee",
     "env_pairs",
+    "file_list",
     "interpreter_paths",
     "python_argv",
     "python_files",
@@ -254,3 +257,38 @@ def check_tee(tee: object) -> tuple[int, int] | None:
     if min(tee) < 0:
         raise ValueError(f"tee: {min(tee)} is not a file descriptor")
     return tee
+
+
+def check_int(name: str, v: object, lo: float | None, hi: float | None) -> int:
+    """``v`` as an int within ``[lo, hi]`` (None: unbounded on that side), else TypeError or
+    ValueError naming ``name``."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    check_range(name, v, lo, hi)
+    return v
+
+
+def check_range(name: str, v: float, lo: float | None, hi: float | None) -> None:
+    if (lo is None or v >= lo) and (hi is None or v <= hi):
+        return
+    if lo is not None and hi is not None:
+        raise ValueError(f"{name} must be between {lo} and {hi}, got {v}")
+    bound = f"at least {lo}" if hi is None else f"at most {hi}"
+    raise ValueError(f"{name} must be {bound}, got {v}")
+
+
+def file_list(files: Mapping[str, bytes | str] | None) -> list[tuple[str, bytes]]:
+    out: list[tuple[str, bytes]] = []
+    if files is None:
+        return out
+    if not isinstance(files, Mapping):
+        raise TypeError("files must be a mapping of relative path to bytes or str")
+    for name, content in files.items():
+        if not isinstance(name, str):
+            raise TypeError(f"file names must be str, got {name!r}")
+        if isinstance(content, str):
+            content = content.encode()
+        elif not isinstance(content, (bytes, bytearray, memoryview)):
+            raise TypeError(f"contents of {name!r} must be bytes or str")
+        out.append((name, bytes(content)))
+    return out

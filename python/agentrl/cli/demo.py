@@ -15,8 +15,8 @@ import sys
 import tempfile
 import time
 
-from agentrl.limits import Limits
-from agentrl.sandbox import Sandbox
+from agentrl.sandbox.box import Sandbox
+from agentrl.sandbox.limits import Limits
 
 __all__ = ["run_demo"]
 
