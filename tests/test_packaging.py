@@ -109,3 +109,47 @@ def test_the_package_ships_its_stub_and_extension(dist: md.Distribution) -> None
     assert {"agentrl/_core.pyi", "agentrl/py.typed", "agentrl/_core.abi3.so"} <= files
     (script,) = [e for e in dist.entry_points if e.group == "console_scripts"]
     assert (script.name, script.value) == ("agentrl", "agentrl.cli:main")
+
+
+def test_each_public_name_is_its_rooms_own() -> None:
+    # Every name of agentrl.__all__ resolves, and a lazily loaded one is the very object its
+    # room exports (the table in agentrl/__init__.py cannot drift from the rooms).
+    import importlib
+
+    lazy = agentrl._LAZY_NAMES
+    for name in agentrl.__all__:
+        value = getattr(agentrl, name)
+        if name in lazy:
+            room = importlib.import_module(lazy[name])
+            assert name in room.__all__, (name, lazy[name])
+            assert value is getattr(room, name), name
+    assert set(lazy) <= set(agentrl.__all__)
+
+
+def test_import_agentrl_loads_no_heavy_module() -> None:
+    # `import agentrl` stays cheap: the pool, the rollout scheduler, evaluation, policy and
+    # train load on first use, and with them asyncio, concurrent.futures, logging, subprocess
+    # and torch (benches/bench_import.py measures the time; this checks what is loaded, which
+    # does not depend on the machine's speed).
+    import subprocess
+
+    code = "import sys, agentrl; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    heavy = {
+        "asyncio",
+        "concurrent.futures",
+        "logging",
+        "subprocess",
+        "socket",
+        "torch",
+        "numpy",
+        "agentrl.pool",
+        "agentrl.rollout",
+        "agentrl.evaluation",
+        "agentrl.policy",
+        "agentrl.train",
+    }
+    assert not heavy & set(out), sorted(heavy & set(out))
+    assert "agentrl.sandbox" in out

@@ -13,42 +13,62 @@ The rooms of the package:
 * :mod:`agentrl.cli`: the ``agentrl`` command.
 """
 
+from typing import TYPE_CHECKING
+
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError, SandboxError
-from agentrl.pool import (
-    JobExpired,
-    JobFailed,
-    JobOutcome,
-    JobStatus,
-    PoolClosed,
-    PoolFull,
-    PoolFuture,
-    SandboxPool,
-)
 from agentrl.sandbox import Bind, ExecResult, Limits, Sandbox, Session, Snapshot, Status
+
+if TYPE_CHECKING:  # the names loaded on first access, for type checkers
+    from agentrl.evaluation import ErrorClass, Evaluator, FunctionTask, IOTask, Judgement
+    from agentrl.pool import (
+        JobExpired,
+        JobFailed,
+        JobOutcome,
+        JobStatus,
+        PoolClosed,
+        PoolFull,
+        PoolFuture,
+        SandboxPool,
+    )
+    from agentrl.rollout import (
+        Episode,
+        EpisodeGroup,
+        EpisodeStatus,
+        RolloutScheduler,
+        SchedulerConfig,
+        Turn,
+    )
 
 _LAZY_MODULES = ("policy", "train")
 
-_LAZY_NAMES = {
-    **{
-        name: "agentrl.rollout"
-        for name in (
-            "Episode",
-            "EpisodeGroup",
-            "EpisodeStatus",
-            "RolloutScheduler",
-            "SchedulerConfig",
-            "Turn",
-        )
-    },
-    **{
-        name: "agentrl.evaluation"
-        for name in ("ErrorClass", "Evaluator", "FunctionTask", "IOTask", "Judgement")
-    },
+_LAZY = {
+    "agentrl.pool": (
+        "JobExpired",
+        "JobFailed",
+        "JobOutcome",
+        "JobStatus",
+        "PoolClosed",
+        "PoolFull",
+        "PoolFuture",
+        "SandboxPool",
+    ),
+    "agentrl.rollout": (
+        "Episode",
+        "EpisodeGroup",
+        "EpisodeStatus",
+        "RolloutScheduler",
+        "SchedulerConfig",
+        "Turn",
+    ),
+    "agentrl.evaluation": ("ErrorClass", "Evaluator", "FunctionTask", "IOTask", "Judgement"),
 }
-"""Public names loaded on first access: the rollout scheduler imports asyncio, the evaluation
-package asyncio, json and concurrent.futures (together ~40 ms of a start that uses neither,
-such as a program that only runs boxes)."""
+"""Public names loaded on first access, by the room that defines them: the pool imports
+concurrent.futures (and with it logging), the rollout scheduler and the evaluation package
+asyncio, json and more (together ~40 ms of a start that uses none of them, such as a program
+that only runs boxes). tests/test_packaging.py checks that each is what its room exports."""
+
+_LAZY_NAMES = {name: module for module, names in _LAZY.items() for name in names}
 
 
 def __getattr__(name: str) -> object:

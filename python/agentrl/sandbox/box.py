@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -52,6 +51,8 @@ def _check_warm_interpreter(python: str) -> None:
 def _check_other_interpreter(python: str, real: str, mtime_ns: int) -> None:
     """:func:`_check_warm_interpreter` for another interpreter, asked once per file and
     version of it (``real`` and ``mtime_ns`` key the cache; a refusal is not cached)."""
+    import subprocess  # on first use: most sandboxes run the interpreter that runs agentrl
+
     probe = "import sys; print(sys.implementation.name, *sys.version_info[:2])"
     try:
         out = subprocess.run(
