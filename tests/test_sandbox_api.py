@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import agentrl
 import pytest
 from agentrl import AgentRLError, Bind, ExecResult, Limits, Sandbox, SandboxError, Status
 from conftest import (
@@ -76,6 +77,29 @@ def test_limits_out_of_range_rejected(field):
     for bad in bads:
         with pytest.raises((ValueError, TypeError), match=field):
             Limits(**{field: bad})
+
+
+@pytest.mark.parametrize(
+    "field, bad, reason",
+    [
+        ("memory_bytes", (8 << 20) - 1, "must be at least 8 MiB, got 8388607 bytes"),
+        ("tmpfs_bytes", 1 << 10, "must be at least 64 KiB, got 1 KiB"),
+        ("max_open_files", 3, "must be at least 16, got 3"),
+        ("max_pids", (1 << 22) + 1, "must be at most 4194304, got 4194305"),
+        ("wall_time_s", 1e9, "must be at most 86400 seconds, got 1000000000"),
+        ("cpu_time_s", float("nan"), "must be a positive number of seconds, got NaN"),
+        ("max_pids", 0, "must be positive, got 0"),
+        ("max_pids", -1, "must be positive, got -1"),
+    ],
+)
+def test_limits_are_checked_once_by_the_core_and_name_the_field(field, bad, reason):
+    # One set of rules (the Rust core's), one message style, and a field a front end can map
+    # to its own option: the error is agentrl.InvalidArgument, a ValueError.
+    with pytest.raises(agentrl.InvalidArgument) as e:
+        Limits(**{field: bad})
+    assert isinstance(e.value, ValueError)
+    assert (e.value.field, e.value.reason) == (field, reason)
+    assert str(e.value) == f"Limits.{field} {reason}"
 
 
 def test_limits_memory_floor_keeps_the_host_safe():

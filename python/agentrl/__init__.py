@@ -16,7 +16,7 @@ The rooms of the package:
 from typing import TYPE_CHECKING
 
 from agentrl._core import __version__
-from agentrl.errors import AgentRLError, SandboxError
+from agentrl.errors import AgentRLError, InvalidArgument, SandboxError
 from agentrl.sandbox import Bind, ExecResult, Limits, Sandbox, Session, Snapshot, Status
 
 if TYPE_CHECKING:  # the names loaded on first access, for type checkers
@@ -95,6 +95,7 @@ __all__ = [
     "ExecResult",
     "FunctionTask",
     "IOTask",
+    "InvalidArgument",
     "JobExpired",
     "JobFailed",
     "JobOutcome",

@@ -2,10 +2,11 @@
 
 from collections.abc import Callable
 from os import PathLike
-from typing import Any, Self, final
+from typing import Any, Protocol, Self, final
 
 __all__ = [
     "AgentRLError",
+    "InvalidArgument",
     "Pool",
     "PoolClosed",
     "PoolFull",
@@ -13,6 +14,7 @@ __all__ = [
     "SandboxError",
     "Session",
     "Snapshot",
+    "Verdict",
     "_TestPool",
     "__version__",
     "_cgroup_default_parent",
@@ -22,6 +24,7 @@ __all__ = [
     "_zygote_serve",
     "_zygote_trim",
     "check_host",
+    "check_limits",
     "seccomp_policy",
 ]
 
@@ -30,13 +33,102 @@ __version__: str
 class AgentRLError(Exception): ...
 class SandboxError(AgentRLError): ...
 
-_LimitsTuple = tuple[float, float, int, int, int, int, int, int]
+class InvalidArgument(ValueError):
+    field: str
+    reason: str
+
+# ---- the records read by field name (rust/python/src/records.rs)
+
+class _Limits(Protocol):  # agentrl.Limits
+    @property
+    def wall_time_s(self) -> float: ...
+    @property
+    def cpu_time_s(self) -> float: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    @property
+    def max_pids(self) -> int: ...
+    @property
+    def max_output_bytes(self) -> int: ...
+    @property
+    def max_file_bytes(self) -> int: ...
+    @property
+    def max_open_files(self) -> int: ...
+    @property
+    def tmpfs_bytes(self) -> int: ...
+
+class _Request(Protocol):  # agentrl.sandbox.args.RunRequest
+    @property
+    def argv(self) -> list[bytes]: ...
+    @property
+    def stdin(self) -> bytes: ...
+    @property
+    def files(self) -> list[tuple[str, bytes]]: ...
+    @property
+    def collect(self) -> list[str]: ...
+    @property
+    def limits(self) -> _Limits | None: ...
+    @property
+    def cwd(self) -> str | None: ...
+    @property
+    def env(self) -> list[tuple[str, str]]: ...
+    @property
+    def warm(self) -> bool: ...
+    @property
+    def pass_fds(self) -> tuple[int, ...]: ...
+
+class _Job(Protocol):  # agentrl.pool.jobs.PoolJob
+    @property
+    def request(self) -> _Request: ...
+    @property
+    def group(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def deadline(self) -> float | None: ...
+
+def check_limits(limits: _Limits) -> None: ...
+
+@final
+class Verdict:
+    @property
+    def status(self) -> str: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def signal(self) -> int | None: ...
+    @property
+    def stdout(self) -> bytes: ...
+    @property
+    def stderr(self) -> bytes: ...
+    @property
+    def stdout_truncated(self) -> bool: ...
+    @property
+    def stderr_truncated(self) -> bool: ...
+    @property
+    def wall_time_s(self) -> float: ...
+    @property
+    def cpu_time_s(self) -> float: ...
+    @property
+    def peak_memory_bytes(self) -> int | None: ...
+    @property
+    def peak_memory_exact(self) -> bool: ...
+    @property
+    def limit(self) -> str | None: ...
+    @property
+    def denied_syscalls(self) -> list[str]: ...
+    @property
+    def files(self) -> dict[str, bytes]: ...
+    @property
+    def truncated_files(self) -> list[str]: ...
+    @property
+    def error(self) -> str | None: ...
 
 @final
 class Sandbox:
     def __new__(
         cls,
-        limits: _LimitsTuple,
+        limits: _Limits,
         network: bool,
         system_paths: list[str],
         binds: list[tuple[str | PathLike[str], str | PathLike[str], bool]],
@@ -48,18 +140,10 @@ class Sandbox:
     ) -> Self: ...
     def run(
         self,
-        argv: list[bytes],
-        stdin: bytes,
-        files: list[tuple[str, bytes]],
-        collect: list[str],
-        limits: _LimitsTuple | None,
-        cwd: str | None,
-        env: list[tuple[str, str]],
-        warm: bool = False,
+        request: _Request,
         session: Session | None = None,
-        pass_fds: list[int] = ...,
         tee: tuple[int, int] | None = None,
-    ) -> dict[str, Any]: ...
+    ) -> Verdict: ...
     def session(self, files: list[tuple[str, bytes]], disk_bytes: int) -> Session: ...
     def close(self, cancel: bool = False) -> None: ...
     @property
@@ -72,20 +156,6 @@ class Sandbox:
 class PoolFull(AgentRLError): ...
 class PoolClosed(AgentRLError): ...
 
-_SandboxItem = tuple[
-    list[bytes],  # argv
-    bytes,  # stdin
-    list[tuple[str, bytes]],  # files
-    list[str],  # collect
-    _LimitsTuple | None,
-    str | None,  # cwd
-    list[tuple[str, str]],  # env
-    bool,  # warm
-    int,  # group
-    int,  # priority
-    float | None,  # deadline, seconds from now
-    list[int],  # pass_fds (warm runs only)
-]
 # (record type, (completed, cancelled, expired, failed)): `collect` then returns instances of
 # the record type made of (id, status, result, reason); without it, (id, kind, value) tuples.
 _OutcomeShape = tuple[type[tuple[Any, ...]], tuple[Any, Any, Any, Any]]
@@ -101,7 +171,7 @@ class Pool:
         block_timeout: float | None = None,
         outcome: _OutcomeShape | None = None,
     ) -> Self: ...
-    def submit_many(self, items: list[_SandboxItem]) -> list[int]: ...
+    def submit_many(self, items: list[_Job]) -> list[int]: ...
     def collect(self, max: int | None = None, timeout: float = 0.0) -> list[Any]: ...
     def cancel(self, id: int) -> bool: ...
     def cancel_group(self, group: int) -> int: ...

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl._core import __version__
-from agentrl.errors import AgentRLError
+from agentrl.errors import AgentRLError, InvalidArgument
 from agentrl.sandbox.limits import Limits, parse_duration, parse_size
 from agentrl.sandbox.result import ExecResult, Status
 
@@ -144,6 +144,32 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+_LIMIT_FLAGS = {
+    "wall_time_s": "--wall",
+    "cpu_time_s": "--cpu",
+    "memory_bytes": "--mem",
+    "max_pids": "--pids",
+    "max_output_bytes": "--output",
+    "tmpfs_bytes": "--tmpfs",
+}
+"""The ``agentrl run`` flag of each :class:`Limits` field it sets."""
+
+
+def _flag_error(e: ValueError | TypeError | OSError) -> str:
+    """The message of a command-line mistake, a limit's error in the words of its flag
+    (``--mem must be at least 8 MiB, got 1 MiB``, not ``Limits.memory_bytes ...``)."""
+    if isinstance(e, InvalidArgument) and e.field in _LIMIT_FLAGS:
+        return f"{_LIMIT_FLAGS[e.field]} {e.reason}"
+    return str(e)
+
+
+def _parsed(flag: str, parse: Any, text: str) -> Any:
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise ValueError(f"{flag}: {e}") from None
+
+
 def _cmd_run(a: argparse.Namespace) -> int:
     from agentrl.sandbox.box import Sandbox
 
@@ -155,12 +181,12 @@ def _cmd_run(a: argparse.Namespace) -> int:
         return 2
     try:
         limits = Limits(
-            wall_time_s=parse_duration(a.wall),
-            cpu_time_s=parse_duration(a.cpu),
-            memory_bytes=parse_size(a.mem),
+            wall_time_s=_parsed("--wall", parse_duration, a.wall),
+            cpu_time_s=_parsed("--cpu", parse_duration, a.cpu),
+            memory_bytes=_parsed("--mem", parse_size, a.mem),
             max_pids=a.pids,
-            max_output_bytes=parse_size(a.output),
-            tmpfs_bytes=parse_size(a.tmpfs),
+            max_output_bytes=_parsed("--output", parse_size, a.output),
+            tmpfs_bytes=_parsed("--tmpfs", parse_size, a.tmpfs),
         )
         files: dict[str, bytes] = {}
         for spec in a.file:
@@ -176,7 +202,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
             with open(a.stdin, "rb") as f:
                 stdin = f.read()
     except (ValueError, TypeError, OSError) as e:
-        print(f"agentrl run: {e}", file=sys.stderr)
+        print(f"agentrl run: {_flag_error(e)}", file=sys.stderr)
         return 2
     tee = _own_fds()
     try:
@@ -189,7 +215,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
                 tee=tee,
             )
     except (ValueError, TypeError) as e:  # the command line's mistake
-        print(f"agentrl run: {e}", file=sys.stderr)
+        print(f"agentrl run: {_flag_error(e)}", file=sys.stderr)
         return 2
     except AgentRLError as e:  # the host cannot make the box
         print(f"agentrl run: {e}", file=sys.stderr)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 import time
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from agentrl import _core
 from agentrl.errors import AgentRLError
-from agentrl.sandbox.args import check_int
+from agentrl.sandbox.args import RunRequest, check_int
 
 __all__ = [
     "JobExpired",
@@ -24,6 +25,7 @@ __all__ = [
     "PoolClosed",
     "PoolFull",
     "PoolFuture",
+    "PoolJob",
 ]
 
 PoolFull = _core.PoolFull
@@ -114,6 +116,21 @@ _OUTCOME = (
 
 
 _NO_SCHEDULE = (0, 0, None)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolJob:
+    """One sandbox job as it crosses into the Rust scheduler (``_core.Pool.submit_many``),
+    where it is read by field name."""
+
+    request: RunRequest
+    """The run."""
+    group: int = 0
+    """The job's group (``cancel_group``)."""
+    priority: int = 0
+    """Higher runs first."""
+    deadline: float | None = None
+    """Seconds from now by which the job must have started, or None."""
 
 
 def _schedule(

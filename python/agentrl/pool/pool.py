@@ -23,9 +23,11 @@ from agentrl.pool.jobs import (
     PoolClosed,
     PoolFull,
     PoolFuture,
+    PoolJob,
     _schedule,
 )
 from agentrl.sandbox.args import (
+    RunRequest,
     check_int,
     check_pass_fds,
     env_pairs,
@@ -158,7 +160,7 @@ class SandboxPool(_JobPool):
         self._latencies.append(r.wall_time_s)
         return r
 
-    def _item(self, argv: Any, python: bool, kw: Mapping[str, Any]) -> tuple:
+    def _item(self, argv: Any, python: bool, kw: Mapping[str, Any]) -> PoolJob:
         unknown = set(kw) - _RUN_KEYS - _SCHED_KEYS
         if python and "cwd" in kw:
             unknown.add("cwd")
@@ -176,16 +178,15 @@ class SandboxPool(_JobPool):
             warm = self._sandbox._warm_for(env, bool(fds))
         else:
             fds = check_pass_fds(kw.get("pass_fds", ()), False)
-        fds = list(fds)
         limits = kw.get("limits") or self._limits
         cwd = kw.get("cwd")
         args, data, names = run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
         relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
-        sched = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
-        lt = None if limits is None else limits._as_tuple()
-        return (args, data, file_list(files), names, lt, cwd, env, warm, *sched, fds)
+        group, priority, deadline = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
+        request = RunRequest(args, data, file_list(files), names, limits, cwd, env, warm, fds)
+        return PoolJob(request, group, priority, deadline)
 
-    def _job(self, job: Any, common: Mapping[str, Any]) -> tuple:
+    def _job(self, job: Any, common: Mapping[str, Any]) -> PoolJob:
         """A ``submit_many``/``map`` entry: argv, Python source (str) or a mapping."""
         if isinstance(job, Mapping):
             kw = {**common, **job}

@@ -11,6 +11,7 @@ from agentrl import _core
 from agentrl.sandbox import closing
 from agentrl.sandbox.args import (
     Bind,
+    RunRequest,
     bind_tuple,
     check_common,
     check_pass_fds,
@@ -224,7 +225,7 @@ class Sandbox:
             warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
         self._warm = warm
         self._inner = _core.Sandbox(
-            limits._as_tuple(),
+            limits,
             self._network,
             layout.system_paths,
             bind_list,
@@ -292,20 +293,10 @@ class Sandbox:
         args, data, names = run_args(argv, stdin, collect, limits, cwd)
         relocate_argv0(args, self._relocated)
         listed = file_list(files)
-        raw = self._inner.run(
-            args,
-            data,
-            listed,
-            names,
-            None if limits is None else limits._as_tuple(),
-            cwd,
-            env_pairs("env", env),
-            _warm,
-            _session,
-            list(_pass_fds),
-            check_tee(tee),
+        request = RunRequest(
+            args, data, listed, names, limits, cwd, env_pairs("env", env), _warm, _pass_fds
         )
-        return ExecResult._from_core(raw)
+        return ExecResult._from_core(self._inner.run(request, _session, check_tee(tee)))
 
     def run_python(
         self,

@@ -6,10 +6,9 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from agentrl import _core
+
 __all__ = ["Limits", "parse_duration", "parse_size"]
-
-_MAX_SECONDS = 86_400.0
-
 
 MIN_MEMORY_BYTES = 8 << 20
 """Smallest memory limit: the kernel's start of a program (``execve``) must fit in it (until
@@ -19,7 +18,8 @@ would take the host process with it)."""
 
 @dataclass(frozen=True)
 class Limits:
-    """Limits applied to one run. Every field must be positive."""
+    """Limits applied to one run. Every field must be positive; a bad one raises
+    :class:`agentrl.InvalidArgument` (a ``ValueError``) whose ``field`` names it."""
 
     wall_time_s: float = 10.0
     """Wall-clock limit in seconds; the whole box (every process in it) is killed at the limit."""
@@ -47,46 +47,28 @@ class Limits:
     """Size of the tmpfs holding the work dir, ``/tmp`` and ``/dev/shm``."""
 
     def __post_init__(self) -> None:
+        # The types here (a bool is no number; an int field takes no float); the rules in the
+        # Rust core (agentrl_sandbox::Limits::validate), the one place they are written, whose
+        # InvalidArgument (a ValueError) names the field: ``e.field``, ``e.reason``.
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.type == "float":
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise TypeError(f"Limits.{f.name} must be a number, got {type(v).__name__}")
-                if not math.isfinite(v) or v <= 0:
-                    raise ValueError(
-                        f"Limits.{f.name} must be a positive number of seconds, got {v}"
-                    )
-                if v > _MAX_SECONDS:
-                    raise ValueError(f"Limits.{f.name} must be at most {_MAX_SECONDS} s, got {v}")
                 object.__setattr__(self, f.name, float(v))
             else:
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise TypeError(f"Limits.{f.name} must be an int, got {type(v).__name__}")
-                if v <= 0:
-                    raise ValueError(f"Limits.{f.name} must be positive, got {v}")
-                if f.name == "memory_bytes" and v < MIN_MEMORY_BYTES:
-                    raise ValueError(
-                        f"Limits.memory_bytes must be at least {MIN_MEMORY_BYTES >> 20} MiB, "
-                        f"got {v} bytes"
-                    )
-                if v >= 1 << 63:
-                    raise ValueError(f"Limits.{f.name} is too large: {v}")
+                if not 0 <= v < 1 << 63:  # what the core's u64 fields take, and more than enough
+                    reason = f"must be positive, got {v}" if v < 0 else f"is too large: {v}"
+                    e = _core.InvalidArgument(f"Limits.{f.name} {reason}")
+                    e.field, e.reason = f.name, reason
+                    raise e
+        _core.check_limits(self)
 
     def replace(self, **changes: float | int) -> Limits:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
-
-    def _as_tuple(self) -> tuple[float, float, int, int, int, int, int, int]:
-        return (
-            self.wall_time_s,
-            self.cpu_time_s,
-            self.memory_bytes,
-            self.max_pids,
-            self.max_output_bytes,
-            self.max_file_bytes,
-            self.max_open_files,
-            self.tmpfs_bytes,
-        )
 
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

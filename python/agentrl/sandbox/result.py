@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentrl import _core
 
 __all__ = ["ExecResult", "Status"]
 
@@ -78,24 +81,25 @@ class ExecResult:
         return self.status is Status.OK
 
     @classmethod
-    def _from_core(cls, d: dict[str, Any]) -> ExecResult:
+    def _from_core(cls, v: _core.Verdict) -> ExecResult:
+        """The record of the core's typed verdict (its fields have these names and types)."""
         return cls(
-            status=Status(d["status"]),
-            exit_code=d["exit_code"],
-            signal=d["signal"],
-            stdout=d["stdout"],
-            stderr=d["stderr"],
-            stdout_truncated=d["stdout_truncated"],
-            stderr_truncated=d["stderr_truncated"],
-            wall_time_s=d["wall_time_s"],
-            cpu_time_s=d["cpu_time_s"],
-            peak_memory_bytes=d["peak_memory_bytes"],
-            peak_memory_exact=d["peak_memory_exact"],
-            limit=d["limit"],
-            denied_syscalls=tuple(d["denied_syscalls"]),
-            files=d["files"],
-            truncated_files=tuple(d["truncated_files"]),
-            error=d["error"],
+            status=Status(v.status),
+            exit_code=v.exit_code,
+            signal=v.signal,
+            stdout=v.stdout,
+            stderr=v.stderr,
+            stdout_truncated=v.stdout_truncated,
+            stderr_truncated=v.stderr_truncated,
+            wall_time_s=v.wall_time_s,
+            cpu_time_s=v.cpu_time_s,
+            peak_memory_bytes=v.peak_memory_bytes,
+            peak_memory_exact=v.peak_memory_exact,
+            limit=v.limit,
+            denied_syscalls=tuple(v.denied_syscalls),
+            files=v.files,
+            truncated_files=tuple(v.truncated_files),
+            error=v.error,
         )
 
     def summary(self) -> str:

@@ -9,50 +9,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyDict;
 
 use agentrl_sandbox as sb;
 
+mod errors;
 mod pool;
+mod records;
 
-create_exception!(
-    _core,
-    AgentRLError,
-    PyException,
-    "Base class of every agentrl error."
-);
-create_exception!(
-    _core,
-    SandboxError,
-    AgentRLError,
-    "The sandbox could not be set up or used."
-);
-
-/// Maps a crate error to the Python exception tree.
-fn to_py(e: sb::Error) -> PyErr {
-    match e {
-        sb::Error::InvalidArgument { .. } => PyValueError::new_err(e.to_string()),
-        sb::Error::Setup { .. } | sb::Error::Closed => SandboxError::new_err(e.to_string()),
-    }
-}
-
-type LimitsTuple = (f64, f64, u64, u64, u64, u64, u64, u64);
-
-fn limits_from(t: LimitsTuple) -> sb::Limits {
-    sb::Limits {
-        wall_time_s: t.0,
-        cpu_time_s: t.1,
-        memory_bytes: t.2,
-        max_pids: t.3,
-        max_output_bytes: t.4,
-        max_file_bytes: t.5,
-        max_open_files: t.6,
-        tmpfs_bytes: t.7,
-    }
-}
+use errors::{to_py, SandboxError};
+use records::{dup_fds, LimitsArg, RequestArg, Verdict};
 
 /// Handle of a Rust sandbox.
 #[pyclass(frozen, name = "Sandbox", module = "agentrl._core")]
@@ -67,7 +35,7 @@ impl PySandbox {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        limits: LimitsTuple,
+        limits: LimitsArg,
         network: bool,
         system_paths: Vec<PathBuf>,
         binds: Vec<(PathBuf, PathBuf, bool)>,
@@ -78,7 +46,7 @@ impl PySandbox {
         warm: Option<(Vec<String>, PathBuf, f64)>,
     ) -> PyResult<Self> {
         let config = sb::SandboxConfig {
-            limits: limits_from(limits),
+            limits: limits.into(),
             network,
             system_paths,
             binds: binds
@@ -106,45 +74,23 @@ impl PySandbox {
         })
     }
 
-    /// Runs one program; returns a dict of the verdict fields.
-    #[pyo3(signature = (argv, stdin, files, collect, limits, cwd, env, warm=false, session=None, pass_fds=Vec::new(), tee=None))]
-    #[allow(clippy::too_many_arguments)]
+    /// Runs one request (an `agentrl.sandbox.args.RunRequest`); returns its `Verdict`.
+    #[pyo3(signature = (request, session=None, tee=None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
-        argv: Vec<Vec<u8>>,
-        stdin: Vec<u8>,
-        files: Vec<(String, Vec<u8>)>,
-        collect: Vec<String>,
-        limits: Option<LimitsTuple>,
-        cwd: Option<String>,
-        env: Vec<(String, String)>,
-        warm: bool,
+        request: RequestArg,
         session: Option<PyRef<'py, PySession>>,
-        pass_fds: Vec<i32>,
         tee: Option<(i32, i32)>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let pass_fds = dup_fds("pass_fds", &pass_fds)?;
-        let tee = match tee {
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut req = request.into_request()?;
+        req.session = session.map(|s| s.inner.clone());
+        req.tee = match tee {
             Some((o, e)) => {
                 let mut fds = dup_fds("tee", &[o, e])?.into_iter();
                 fds.next().zip(fds.next())
             }
             None => None,
-        };
-        let req = sb::RunRequest {
-            warm,
-            session: session.map(|s| s.inner.clone()),
-            argv,
-            stdin,
-            files,
-            collect,
-            limits: limits.map(limits_from),
-            cwd,
-            env,
-            cancel: None,
-            pass_fds,
-            tee,
         };
         let inner = self.inner.clone();
         // The run blocks this thread without the GIL; a signal (Ctrl-C) is looked for every
@@ -164,7 +110,7 @@ impl PySandbox {
         if let Some(e) = raised {
             return Err(e);
         }
-        result_dict(py, r.map_err(to_py)?)
+        Verdict::into_py(py, r.map_err(to_py)?)
     }
 
     /// Creates a persistent session.
@@ -245,56 +191,6 @@ impl PySession {
         let s = self.inner.clone();
         py.detach(move || s.close());
     }
-}
-
-fn result_dict<'py>(py: Python<'py>, r: sb::ExecResult) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("status", r.status.as_str())?;
-    d.set_item("exit_code", r.exit_code)?;
-    d.set_item("signal", r.signal)?;
-    d.set_item("stdout", PyBytes::new(py, &r.stdout))?;
-    d.set_item("stderr", PyBytes::new(py, &r.stderr))?;
-    d.set_item("stdout_truncated", r.stdout_truncated)?;
-    d.set_item("stderr_truncated", r.stderr_truncated)?;
-    d.set_item("wall_time_s", r.wall_time_s)?;
-    d.set_item("cpu_time_s", r.cpu_time_s)?;
-    d.set_item("peak_memory_bytes", r.peak_memory_bytes)?;
-    d.set_item("peak_memory_exact", r.peak_memory_exact)?;
-    d.set_item("limit", r.limit.map(|l| l.as_str()))?;
-    d.set_item("denied_syscalls", r.denied_syscalls)?;
-    let files = PyDict::new(py);
-    for (k, v) in r.files {
-        files.set_item(k, PyBytes::new(py, &v))?;
-    }
-    d.set_item("files", files)?;
-    d.set_item("truncated_files", r.truncated_files)?;
-    d.set_item("error", r.error)?;
-    Ok(d)
-}
-
-/// Copies the caller's fds for a run (`pass_fds`): the run holds its own copies, whatever
-/// the caller closes meanwhile.
-/// Our own duplicates of the caller's fds (`field` names the argument in errors).
-pub(crate) fn dup_fds(field: &str, fds: &[i32]) -> PyResult<Vec<Arc<std::os::fd::OwnedFd>>> {
-    use std::os::fd::FromRawFd;
-    fds.iter()
-        .map(|&fd| {
-            if fd < 0 {
-                return Err(PyValueError::new_err(format!(
-                    "{field}: {fd} is not a file descriptor"
-                )));
-            }
-            // SAFETY: F_DUPFD_CLOEXEC on any int is safe: it fails with EBADF unless the fd is
-            // open, and a success returns a new fd that we own.
-            let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-            if new < 0 {
-                let e = std::io::Error::last_os_error();
-                return Err(PyValueError::new_err(format!("{field}: fd {fd}: {e}")));
-            }
-            // SAFETY: a fresh fd from fcntl, owned by nobody else.
-            Ok(Arc::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(new) }))
-        })
-        .collect()
 }
 
 // ---- Used only inside a warm interpreter (see agentrl-sandbox's `zygote` module). ----
@@ -461,7 +357,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySandbox>()?;
     m.add_class::<PySession>()?;
     m.add_class::<PySnapshot>()?;
+    m.add_class::<Verdict>()?;
+    errors::register(m)?;
     pool::register(m)?;
+    m.add_function(wrap_pyfunction!(records::check_limits, m)?)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(check_host, m)?)?;
     m.add_function(wrap_pyfunction!(_cgroup_default_parent, m)?)?;
@@ -470,8 +369,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_serve, m)?)?;
     m.add_function(wrap_pyfunction!(_zygote_trim, m)?)?;
-    m.add("AgentRLError", m.py().get_type::<AgentRLError>())?;
-    m.add("SandboxError", m.py().get_type::<SandboxError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

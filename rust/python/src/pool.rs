@@ -26,7 +26,9 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple, PyType};
 use agentrl_sandbox as sb;
 use agentrl_scheduler as sched;
 
-use crate::{limits_from, result_dict, AgentRLError, LimitsTuple, PySandbox};
+use crate::errors::{to_py_in, AgentRLError};
+use crate::records::{JobArg, Verdict};
+use crate::PySandbox;
 
 mod testing;
 
@@ -351,23 +353,6 @@ fn close<E: sched::Executor>(py: Python<'_>, pool: &sched::Pool<E>, drain: bool)
 // ---------------------------------------------------------------------------------------------
 // The sandbox pool.
 
-/// One sandbox job as Python hands it over:
-/// `(argv, stdin, files, collect, limits, cwd, env, warm, group, priority, deadline)`.
-type SandboxItem = (
-    Vec<Vec<u8>>,
-    Vec<u8>,
-    Vec<(String, Vec<u8>)>,
-    Vec<String>,
-    Option<LimitsTuple>,
-    Option<String>,
-    Vec<(String, String)>,
-    bool,
-    u64,
-    i32,
-    Option<f64>,
-    Vec<i32>,
-);
-
 /// A scheduler pool whose jobs are runs on a sandbox.
 #[pyclass(frozen, name = "Pool", module = "agentrl._core")]
 struct PyPool {
@@ -404,32 +389,20 @@ impl PyPool {
 
     /// Validates every item (a ValueError names the first bad one; nothing is submitted
     /// then), then submits them in order. Returns the job ids.
-    fn submit_many(&self, py: Python<'_>, items: Vec<SandboxItem>) -> PyResult<Vec<u64>> {
+    fn submit_many(&self, py: Python<'_>, items: Vec<JobArg>) -> PyResult<Vec<u64>> {
         let sandbox = &self.pool.executor().sandbox;
         let mut specs = Vec::with_capacity(items.len());
         for it in items {
-            let req = sb::RunRequest {
-                argv: it.0,
-                stdin: it.1,
-                files: it.2,
-                collect: it.3,
-                limits: it.4.map(limits_from),
-                cwd: it.5,
-                env: it.6,
-                warm: it.7,
-                pass_fds: crate::dup_fds("pass_fds", &it.11)?,
-                ..sb::RunRequest::default()
-            };
-            specs.push(spec(req, it.8, it.9, it.10)?);
+            let req = it.request.into_request()?;
+            specs.push(spec(req, it.group, it.priority, it.deadline)?);
         }
         maybe_detach(py, specs.len(), || {
             specs.iter().enumerate().try_for_each(|(i, s)| {
                 sandbox
                     .check(&s.payload)
-                    .map_err(|e| format!("job {i}: {e}"))
+                    .map_err(|e| to_py_in(&format!("job {i}: "), e))
             })
-        })
-        .map_err(PyValueError::new_err)?;
+        })?;
         submit(py, &self.pool, specs)
     }
 
@@ -443,7 +416,7 @@ impl PyPool {
     ) -> PyResult<Bound<'py, PyList>> {
         let drained = drain(py, &self.pool, max, timeout)?;
         outcomes(py, drained, self.shape.as_ref(), |py, r| {
-            result_dict(py, r).map(Bound::into_any)
+            Verdict::into_py(py, r)
         })
     }
 

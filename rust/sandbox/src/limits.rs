@@ -51,7 +51,30 @@ pub const MAX_SECONDS: f64 = 86_400.0;
 /// Smallest memory limit: enough for the kernel to start a program (`execve`) in the box.
 pub const MIN_MEMORY_BYTES: u64 = 8 << 20;
 
+/// A size in words: whole MiB or KiB where it is one, else bytes.
+fn size(v: u64) -> String {
+    if v >= 1 << 20 && v % (1 << 20) == 0 {
+        format!("{} MiB", v >> 20)
+    } else if v >= 1 << 10 && v % (1 << 10) == 0 {
+        format!("{} KiB", v >> 10)
+    } else {
+        format!("{v} bytes")
+    }
+}
+
 impl Limits {
+    /// The field names, as [`Error::InvalidArgument`] names them.
+    pub const FIELDS: [&'static str; 8] = [
+        "wall_time_s",
+        "cpu_time_s",
+        "memory_bytes",
+        "max_pids",
+        "max_output_bytes",
+        "max_file_bytes",
+        "max_open_files",
+        "tmpfs_bytes",
+    ];
+
     /// Checks every field; the error names the first invalid one.
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [
@@ -71,23 +94,28 @@ impl Limits {
                 ));
             }
         }
+        // (name, value, least, a size in bytes)
         let ints = [
             // The floor keeps the kernel's own start of a program (execve) inside the limit:
             // until its execve completes, a box process still shares the spawning process's
             // memory, and a cgroup OOM kill at that moment would take the host process with it.
-            ("memory_bytes", self.memory_bytes, MIN_MEMORY_BYTES),
-            ("max_pids", self.max_pids, 1),
-            ("max_output_bytes", self.max_output_bytes, 1),
-            ("max_file_bytes", self.max_file_bytes, 1),
-            ("max_open_files", self.max_open_files, 16),
-            ("tmpfs_bytes", self.tmpfs_bytes, 64 << 10),
+            ("memory_bytes", self.memory_bytes, MIN_MEMORY_BYTES, true),
+            ("max_pids", self.max_pids, 1, false),
+            ("max_output_bytes", self.max_output_bytes, 1, true),
+            ("max_file_bytes", self.max_file_bytes, 1, true),
+            ("max_open_files", self.max_open_files, 16, false),
+            ("tmpfs_bytes", self.tmpfs_bytes, 64 << 10, true),
         ];
-        for (name, v, min) in ints {
+        for (name, v, min, bytes) in ints {
             if v < min {
-                return Err(Error::invalid(
-                    name,
-                    format!("must be at least {min}, got {v}"),
-                ));
+                let message = if v == 0 && min == 1 {
+                    "must be positive, got 0".to_owned()
+                } else if bytes {
+                    format!("must be at least {}, got {}", size(min), size(v))
+                } else {
+                    format!("must be at least {min}, got {v}")
+                };
+                return Err(Error::invalid(name, message));
             }
         }
         if self.max_pids > 1 << 22 {
@@ -109,6 +137,27 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_said_in_words() {
+        let mut l = Limits {
+            memory_bytes: (8 << 20) - 1,
+            ..Limits::default()
+        };
+        let e = l.validate().unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "invalid memory_bytes: must be at least 8 MiB, got 8388607 bytes"
+        );
+        l.memory_bytes = 4 << 20;
+        let e = l.validate().unwrap_err().to_string();
+        assert!(e.ends_with("got 4 MiB"), "{e}");
+        l.memory_bytes = 1 << 30;
+        l.tmpfs_bytes = 1 << 10;
+        let e = l.validate().unwrap_err().to_string();
+        assert!(e.ends_with("at least 64 KiB, got 1 KiB"), "{e}");
+        assert!(Limits::FIELDS.contains(&"tmpfs_bytes"));
+    }
 
     #[test]
     fn defaults_are_valid() {
