@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agentrl import rootless
+from agentrl.sandbox import rootless
 from conftest import TIME_SCALE
 
 
