@@ -6,6 +6,7 @@ from typing import Any, Protocol, Self, final
 
 __all__ = [
     "AgentRLError",
+    "ExecResult",
     "InvalidArgument",
     "Pool",
     "PoolClosed",
@@ -14,7 +15,6 @@ __all__ = [
     "SandboxError",
     "Session",
     "Snapshot",
-    "Verdict",
     "_TestPool",
     "__version__",
     "_cgroup_default_parent",
@@ -90,7 +90,7 @@ class _Job(Protocol):  # agentrl.pool.jobs.PoolJob
 def check_limits(limits: _Limits) -> None: ...
 
 @final
-class Verdict:
+class ExecResult:
     @property
     def status(self) -> str: ...
     @property
@@ -143,7 +143,7 @@ class Sandbox:
         request: _Request,
         session: Session | None = None,
         tee: tuple[int, int] | None = None,
-    ) -> Verdict: ...
+    ) -> ExecResult: ...
     def session(self, files: list[tuple[str, bytes]], disk_bytes: int) -> Session: ...
     def close(self, cancel: bool = False) -> None: ...
     @property

@@ -81,8 +81,8 @@ class ExecResult:
         return self.status is Status.OK
 
     @classmethod
-    def _from_core(cls, v: _core.Verdict) -> ExecResult:
-        """The record of the core's typed verdict (its fields have these names and types)."""
+    def _from_core(cls, v: _core.ExecResult) -> ExecResult:
+        """This record of the core's typed verdict (its fields have these names and types)."""
         return cls(
             status=Status(v.status),
             exit_code=v.exit_code,

@@ -1,7 +1,8 @@
 //! The typed records that cross the boundary: limits, run requests and pool jobs come in as
 //! Python objects read **by field name** (`#[derive(FromPyObject)]`, so a renamed or missing
 //! field is an error that names it, never a value taken from the wrong position); a verdict
-//! goes out as a frozen [`Verdict`] whose fields are typed attributes.
+//! goes out as a frozen [`Verdict`] (`_core.ExecResult`, the crate's [`sb::ExecResult`] as it
+//! is) whose fields are typed attributes.
 //!
 //! The rules a limit must follow live in one place, [`sb::Limits::validate`]: the Python
 //! `Limits` calls [`check_limits`] when it is made, the crate calls it again on its own API
@@ -94,9 +95,9 @@ pub(crate) struct JobArg {
     pub deadline: Option<f64>,
 }
 
-/// The verdict of one run, as the crate returns it. `agentrl.ExecResult` is made from it
-/// (`ExecResult._from_core`), which documents each field.
-#[pyclass(frozen, get_all, name = "Verdict", module = "agentrl._core")]
+/// The verdict of one run as the crate returns it, `_core.ExecResult`. `agentrl.ExecResult`
+/// is made from it (`ExecResult._from_core`), which documents each field.
+#[pyclass(frozen, get_all, name = "ExecResult", module = "agentrl._core")]
 pub(crate) struct Verdict {
     status: &'static str,
     exit_code: Option<i32>,
@@ -120,7 +121,7 @@ pub(crate) struct Verdict {
 impl Verdict {
     fn __repr__(&self) -> String {
         format!(
-            "Verdict(status={:?}, exit_code={:?}, signal={:?}, limit={:?})",
+            "ExecResult(status={:?}, exit_code={:?}, signal={:?}, limit={:?})",
             self.status, self.exit_code, self.signal, self.limit
         )
     }
