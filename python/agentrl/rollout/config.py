@@ -14,9 +14,13 @@ class SchedulerConfig:
     batch_size: int = 64
     """Episodes per trainer batch: the unit of the staleness bound."""
     max_staleness: int | None = 1
-    """AReaL's bound: at most ``(max_staleness + version + 1) * batch_size`` episodes are ever
-    started by policy ``version``, so no episode lags the trainer by more than this many
-    versions. An aborted and re-queued episode is counted once. None: no bound."""
+    """AReaL's admission bound: at most ``(max_staleness + version + 1) * batch_size``
+    episodes are ever started by policy ``version``, so an episode trained in the batch of
+    its admission lags the trainer by at most this many versions. Groups are delivered as
+    they finish, so a group that finishes late can reach the trainer a version or more later
+    than that (each :class:`Turn` carries the version that generated it, for a trainer that
+    must drop or down-weight such groups). An aborted and re-queued episode is counted once.
+    None: no bound."""
     max_inflight: int = 256
     """Most episodes running at once, counting those of finished groups that wait for room
     on the output queue."""
