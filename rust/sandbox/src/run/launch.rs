@@ -1,18 +1,127 @@
-//! Launching the box: a cold run's clone ([`clone_box`], also how a slot starts its warm
-//! interpreter; [`launch_cold`]) up to its `execve`, and what a launched box is ([`Live`],
-//! [`Launch`]). A warm run is launched by `crate::zygote::launch`.
+//! The launch phase ([`launch`]): the box, up to the start of the program. A cold run is a
+//! clone of the slot thread ([`clone_box`], also how a slot starts its warm interpreter), a
+//! warm one a fork of the slot's warm interpreter (`crate::zygote::launch`); what comes back
+//! is a [`Live`] box, or the caller's own mistake (no such program or directory) as a verdict.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
+use super::channels::{Channels, RunIo};
+use super::error::Cause;
 use super::fds::{kill, pipe};
+use super::place::Placement;
 use super::status::{read_status, receive_listener};
-use super::RunResult;
+use super::verdict::cannot_execute;
 use crate::cgroup;
-use crate::mounts::BOX_ID;
+use crate::mounts::{RunFs, BOX_ID};
 use crate::sandbox::{Prepared, Shared, Slot};
 use crate::spawn::{self, ChildPlan, Step};
 use crate::supervise;
+use crate::verdict::ExecResult;
+use crate::zygote;
+
+/// What the launch phase gives.
+pub(super) enum Launched {
+    /// The program runs: its box, and the read ends of its stdout and stderr.
+    Running(Running, Output),
+    /// The program could not be executed: the verdict says why.
+    CannotExecute(ExecResult),
+}
+
+/// A running box, and what the run holds until it is collected.
+pub(super) struct Running {
+    pub live: Live,
+    /// The run's tmpfs (its `/work`, `/tmp` and `/dev/shm`).
+    pub runfs: RunFs,
+    /// The set-up status pipe's read end; the box's init writes its exit record there.
+    pub status_r: OwnedFd,
+    /// Our end of the socket the seccomp listener came through.
+    pub sock_parent: OwnedFd,
+}
+
+/// The read ends of the program's stdout and stderr.
+pub(super) struct Output {
+    pub out_r: OwnedFd,
+    pub err_r: OwnedFd,
+}
+
+/// The launch phase: starts the box of `run` (warm or cold) in the cgroup `placed` chose,
+/// with the channels of `io`, and waits until the program starts. A warm interpreter that
+/// failed to launch the run is discarded (the next warm run starts another).
+pub(super) fn launch(
+    shared: &Shared,
+    slot: &mut Slot,
+    run: &Prepared,
+    io: RunIo,
+    placed: &Placement,
+) -> Result<Launched, Cause> {
+    let RunIo {
+        channels:
+            Channels {
+                runfs,
+                out_r,
+                out_w,
+                err_r,
+                err_w,
+                status_r,
+                status_w,
+                sock_parent,
+                sock_child,
+                ..
+            },
+        stdin,
+    } = io;
+    let child_fds = ChildFds {
+        run_mount: runfs.mount.as_fd(),
+        stdin: stdin.as_fd(),
+        stdout: out_w.as_fd(),
+        stderr: err_w.as_fd(),
+        listener_sock: sock_child.as_fd(),
+    };
+    // The status pipe's write end is handed over: the launch closes our copy, so that end of
+    // file on it means "exec happened".
+    let launched = if run.warm {
+        zygote::launch(
+            shared,
+            slot,
+            run,
+            &child_fds,
+            (status_r.as_fd(), status_w),
+            sock_parent.as_fd(),
+        )
+    } else {
+        launch_cold(
+            shared,
+            slot,
+            placed.own_cg.as_ref(),
+            run,
+            &child_fds,
+            (status_r.as_fd(), status_w),
+            sock_parent.as_fd(),
+        )
+    };
+    drop((out_w, err_w, sock_child, stdin));
+    match launched {
+        Err(e) => {
+            if run.warm {
+                zygote::discard(slot);
+            }
+            Err(e)
+        }
+        Ok(Launch::ExecFailed(step, errno)) => {
+            Ok(Launched::CannotExecute(cannot_execute(run, step, errno)))
+        }
+        Ok(Launch::Live(live)) => Ok(Launched::Running(
+            Running {
+                live,
+                runfs,
+                status_r,
+                sock_parent,
+            },
+            Output { out_r, err_r },
+        )),
+    }
+}
 
 /// How the box is reaped once its pidfd says it exited.
 pub(crate) enum Reaper {
@@ -68,10 +177,14 @@ pub(crate) struct BoxSpec<'a> {
     /// unprivileged uid, never root (whose limits the host itself lives on).
     pub owner: u32,
     /// The cgroup the box joins: the slot's, or a cold run's own (see
-    /// [`run_cgroup`](super::run_cgroup)). On v2
-    /// the box shows it at `/sys/fs/cgroup` (a cgroup2 mount of its own).
+    /// [`run_cgroup`](super::place::run_cgroup)). On v2 the box shows it at `/sys/fs/cgroup`
+    /// (a cgroup2 mount of its own).
     pub cgroup: Option<&'a cgroup::Slot>,
 }
+
+/// A box [`clone_box`] made: its `(pid, pidfd)` once it has exec'd, or the step (`Exec` or
+/// `Chdir`) and errno of a failure that is the caller's.
+pub(crate) type Cloned = Result<(libc::pid_t, OwnedFd), (Step, i32)>;
 
 /// Clones a new box in the slot and waits until it has exec'd. Returns `(pid, pidfd)` or
 /// the step (`Exec` or `Chdir`) and errno of a failure that is the caller's; `Err` for
@@ -82,14 +195,14 @@ pub(crate) fn clone_box(
     spec: &BoxSpec<'_>,
     fds: &ChildFds<'_>,
     (status_r, status_w): (BorrowedFd<'_>, OwnedFd),
-) -> RunResult<std::result::Result<(libc::pid_t, OwnedFd), (Step, i32)>> {
-    let (sync_r, sync_w) = pipe().map_err(|e| format!("pipe: {e}"))?;
+) -> Result<Cloned, Cause> {
+    let (sync_r, sync_w) = pipe().map_err(Cause::io("pipe"))?;
     // The warm interpreter's control socket becomes fd 3: the status pipe must not be there.
     let status_w = if spec.zygote_control.is_some() && status_w.as_raw_fd() <= 3 {
         // SAFETY: F_DUPFD_CLOEXEC on a valid fd returns a new fd we own.
         let fd = unsafe { libc::fcntl(status_w.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
         if fd < 0 {
-            return Err(format!("fcntl: {}", std::io::Error::last_os_error()));
+            return Err(Cause::io("fcntl")(std::io::Error::last_os_error()));
         }
         // SAFETY: fresh fd.
         unsafe { OwnedFd::from_raw_fd(fd) }
@@ -137,9 +250,8 @@ pub(crate) fn clone_box(
     // capability, and the effective capabilities come back with it.
     // SAFETY: setresuid with -1 for the ids left unchanged.
     if unsafe { libc::syscall(libc::SYS_setresuid, -1i32, spec.owner, -1i32) } < 0 {
-        return Err(format!(
-            "switching to the box's host uid: {}",
-            std::io::Error::last_os_error()
+        return Err(Cause::io("switching to the box's host uid")(
+            std::io::Error::last_os_error(),
         ));
     }
     // SAFETY: see above.
@@ -157,12 +269,12 @@ pub(crate) fn clone_box(
         // SAFETY: prctl with flags only.
         unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
     }
-    let (pid, pidfd) = cloned.map_err(|e| format!("clone: {e}"))?;
+    let (pid, pidfd) = cloned.map_err(Cause::io("clone"))?;
     // SAFETY: fresh pidfd from clone.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     drop(sync_r);
     drop(status_w);
-    let abort = |why: String| {
+    let abort = |why: Cause| {
         kill(pidfd.as_fd());
         supervise::reap(pid);
         why
@@ -171,20 +283,19 @@ pub(crate) fn clone_box(
     if let Err(e) = std::fs::write(format!("/proc/{pid}/uid_map"), &spec.id_map)
         .and_then(|_| std::fs::write(format!("/proc/{pid}/gid_map"), &spec.id_map))
     {
-        return Err(abort(format!("writing the id maps: {e}")));
+        return Err(abort(Cause::io("writing the id maps")(e)));
     }
     if let Some(cg) = spec.cgroup {
         if shared.cgroup_version == Some(cgroup::Version::V2) {
             if let Err(e) = cg.attach(pid) {
-                return Err(abort(format!("attaching to the slot cgroup: {e}")));
+                return Err(abort(Cause::cgroup("attaching to the slot cgroup")(e)));
             }
         }
     }
     // SAFETY: writing one byte from a valid buffer to our pipe.
     if unsafe { libc::write(sync_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
-        return Err(abort(format!(
-            "releasing the child: {}",
-            std::io::Error::last_os_error()
+        return Err(abort(Cause::io("releasing the child")(
+            std::io::Error::last_os_error(),
         )));
     }
     match read_status(status_r, Duration::from_secs(30)) {
@@ -200,12 +311,13 @@ pub(crate) fn clone_box(
                 "box set-up failed at {}: {}",
                 step.describe(),
                 std::io::Error::from_raw_os_error(errno)
-            ))
+            )
+            .into())
         }
     }
 }
 
-pub(super) fn launch_cold(
+fn launch_cold(
     shared: &Shared,
     slot: &Slot,
     own_cg: Option<&cgroup::Slot>,
@@ -213,7 +325,7 @@ pub(super) fn launch_cold(
     fds: &ChildFds<'_>,
     status: (BorrowedFd<'_>, OwnedFd),
     sock_parent: BorrowedFd<'_>,
-) -> RunResult<Launch> {
+) -> Result<Launch, Cause> {
     // A run in a cgroup of its own (see `run_cgroup`) joins it; any other the slot's.
     let cg = own_cg.or(slot.cgroup.as_ref());
     let degraded = cg.is_none();
@@ -264,7 +376,7 @@ pub(super) fn launch_cold(
 
 /// The mount namespace of a live process, from its pidfd (`PIDFD_GET_MNT_NAMESPACE`, Linux
 /// 6.11+); `None` on older kernels, or if the process is gone already.
-pub(super) fn mount_namespace(pidfd: BorrowedFd<'_>) -> Option<OwnedFd> {
+fn mount_namespace(pidfd: BorrowedFd<'_>) -> Option<OwnedFd> {
     // _IO(PIDFS_IOCTL_MAGIC = 0xFF, 3), from <linux/pidfd.h>.
     const PIDFD_GET_MNT_NAMESPACE: libc::c_ulong = 0xff03;
     // SAFETY: an ioctl without an argument on a valid fd; it returns a new fd or fails.

@@ -4,13 +4,13 @@
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use super::error::Cause;
 use super::fds::set_nonblocking;
-use super::RunResult;
 use crate::seccomp;
 use crate::spawn::Step;
 
 /// Receives the child's seccomp listener (sent just before it runs untrusted code).
-pub(crate) fn receive_listener(sock: BorrowedFd<'_>) -> RunResult<OwnedFd> {
+pub(crate) fn receive_listener(sock: BorrowedFd<'_>) -> Result<OwnedFd, Cause> {
     // The child sends the listener before its set-up ends (the status pipe's end of file,
     // which the caller has seen), so it is already queued unless the child died first. This
     // end of the socket pair holds the other end too, so a dead child never shows as end of
@@ -30,8 +30,7 @@ pub(crate) fn receive_listener(sock: BorrowedFd<'_>) -> RunResult<OwnedFd> {
     if ready <= 0 {
         return Err("the box ended its set-up without handing over its seccomp listener".into());
     }
-    let listener =
-        seccomp::recv_fd(sock).map_err(|e| format!("receiving the seccomp listener: {e}"))?;
+    let listener = seccomp::recv_fd(sock).map_err(Cause::io("receiving the seccomp listener"))?;
     set_nonblocking(listener.as_raw_fd());
     Ok(listener)
 }
@@ -41,7 +40,7 @@ pub(crate) fn receive_listener(sock: BorrowedFd<'_>) -> RunResult<OwnedFd> {
 pub(crate) fn read_status(
     status_r: BorrowedFd<'_>,
     limit: Duration,
-) -> RunResult<Option<(Step, i32)>> {
+) -> Result<Option<(Step, i32)>, Cause> {
     let mut rec = [0u8; 8];
     let mut got = 0;
     let deadline = Instant::now() + limit;
@@ -58,7 +57,8 @@ pub(crate) fn read_status(
                 return Err(format!(
                     "the child did not finish its set-up within {} s",
                     limit.as_secs()
-                ));
+                )
+                .into());
             }
             continue;
         }
@@ -75,7 +75,7 @@ pub(crate) fn read_status(
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(format!("reading the child's status: {e}"));
+            return Err(Cause::io("reading the child's status")(e));
         }
         if r == 0 {
             break;
@@ -94,9 +94,7 @@ pub(crate) fn read_status(
         // The program started (pid 1 is becoming its init).
         Some(Step::Started) => Ok(None),
         Some(s) => Ok(Some((s, errno))),
-        None => Err(format!(
-            "box set-up failed at an unknown step {step}: errno {errno}"
-        )),
+        None => Err(format!("box set-up failed at an unknown step {step}: errno {errno}").into()),
     }
 }
 

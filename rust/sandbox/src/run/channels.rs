@@ -1,11 +1,12 @@
-//! A run's channels ([`RunIo`]: its tmpfs, stdin, output and status pipes, the listener's
-//! socket), made for it or taken from the slot's spare set, and what a slot does between two
-//! runs ([`Between`], [`between_runs`]): free what the last run left, make the next spare set.
+//! The I/O phase ([`prepare`]): a run's channels ([`RunIo`]: its tmpfs, stdin, output and
+//! status pipes, the listener's socket), made for it or taken from the slot's spare set; and
+//! what a slot does between two runs ([`Between`], [`between_runs`]): free what the last run
+//! left, make the next spare set.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
+use super::error::Cause;
 use super::fds::{memfd_with, pipe, set_nonblocking};
-use super::RunResult;
 use crate::fdpass;
 use crate::mounts::RunFs;
 use crate::sandbox::{Prepared, Slot};
@@ -30,27 +31,24 @@ pub(crate) struct Channels {
     pub sock_parent: OwnedFd,
     pub sock_child: OwnedFd,
     /// What the tmpfs was made for: its size and the host id owning its directories.
-    pub(super) made_for: (u64, u32),
-}
-
-pub(super) fn io_error(what: &'static str) -> impl Fn(std::io::Error) -> String {
-    move |e| format!("{what}: {e}")
+    made_for: (u64, u32),
 }
 
 impl Channels {
-    pub(super) fn new(tmpfs_bytes: u64, host_id: u32) -> RunResult<Channels> {
+    fn new(tmpfs_bytes: u64, host_id: u32) -> Result<Channels, Cause> {
         let runfs = RunFs::empty(tmpfs_bytes, host_id, host_id)
-            .map_err(io_error("creating the run tmpfs"))?;
-        let (out_r, out_w) = pipe().map_err(io_error("pipe"))?;
-        let (err_r, err_w) = pipe().map_err(io_error("pipe"))?;
-        let (status_r, status_w) = pipe().map_err(io_error("pipe"))?;
-        let (sock_parent, sock_child) = fdpass::seqpacket_pair().map_err(io_error("socketpair"))?;
+            .map_err(Cause::io("creating the run tmpfs"))?;
+        let (out_r, out_w) = pipe().map_err(Cause::io("pipe"))?;
+        let (err_r, err_w) = pipe().map_err(Cause::io("pipe"))?;
+        let (status_r, status_w) = pipe().map_err(Cause::io("pipe"))?;
+        let (sock_parent, sock_child) =
+            fdpass::seqpacket_pair().map_err(Cause::io("socketpair"))?;
         set_nonblocking(out_r.as_raw_fd());
         set_nonblocking(err_r.as_raw_fd());
         // The box may reopen its own output through `/dev/stdout`, `/dev/stderr` or
         // `/proc/self/fd/N` (a pipe's inode is mode 0600), as any process may its own pipes.
         for fd in [&out_w, &err_w] {
-            give_to(fd.as_fd(), host_id).map_err(io_error("handing the output pipes over"))?;
+            give_to(fd.as_fd(), host_id).map_err(Cause::io("handing the output pipes over"))?;
         }
         Ok(Channels {
             runfs,
@@ -67,10 +65,24 @@ impl Channels {
     }
 }
 
+/// The I/O phase: the run's channels, with its input files and stdin written, owned by the
+/// run's host id (a session's, or the slot's, whose tmpfs size the slot's spare then follows).
+pub(super) fn prepare(slot: &mut Slot, run: &Prepared) -> Result<RunIo, Cause> {
+    let host_id = run
+        .session
+        .as_ref()
+        .map(|(_, id)| *id)
+        .unwrap_or(slot.host_id);
+    if run.session.is_none() {
+        slot.between.last_tmpfs_bytes = Some(run.limits.tmpfs_bytes);
+    }
+    RunIo::new(&mut slot.between, run, host_id)
+}
+
 impl RunIo {
     /// The run's channels: the slot's spare ones when they fit, else new ones (a spare that
     /// does not fit, say for a session step, stays for the slot's next ordinary run).
-    pub(super) fn new(between: &mut Between, run: &Prepared, host_id: u32) -> RunResult<RunIo> {
+    fn new(between: &mut Between, run: &Prepared, host_id: u32) -> Result<RunIo, Cause> {
         let want = (run.limits.tmpfs_bytes, host_id);
         let channels = match between.spare.take_if(|c| c.made_for == want) {
             Some(c) => c,
@@ -79,9 +91,9 @@ impl RunIo {
         channels
             .runfs
             .write_inputs(&run.files, host_id, host_id)
-            .map_err(io_error("creating the run tmpfs"))?;
-        let stdin = memfd_with(&run.stdin).map_err(io_error("preparing stdin"))?;
-        give_to(stdin.as_fd(), host_id).map_err(io_error("preparing stdin"))?;
+            .map_err(Cause::io("creating the run tmpfs"))?;
+        let stdin = memfd_with(&run.stdin).map_err(Cause::io("preparing stdin"))?;
+        give_to(stdin.as_fd(), host_id).map_err(Cause::io("preparing stdin"))?;
         Ok(RunIo { channels, stdin })
     }
 }
@@ -92,11 +104,11 @@ impl RunIo {
 #[derive(Default)]
 pub(crate) struct Between {
     /// Dropped after the verdict is delivered.
-    pub(super) garbage: Vec<Box<dyn std::any::Any>>,
+    garbage: Vec<Box<dyn std::any::Any>>,
     /// Channels made for the next run, for the tmpfs size and host id of the last one.
-    pub(super) spare: Option<Channels>,
+    spare: Option<Channels>,
     /// The tmpfs size of the last run that used the slot's own host id.
-    pub(super) last_tmpfs_bytes: Option<u64>,
+    last_tmpfs_bytes: Option<u64>,
 }
 
 impl Between {
@@ -126,7 +138,7 @@ pub(crate) fn between_runs(slot: &mut Slot) {
 /// Makes the box user (host id `id`, uid and gid) the owner of the inode behind `fd`: the
 /// pipes and memfd of its standard streams, which it may then reopen (`/dev/stdout`) as a
 /// process may its own pipes on a host. Nothing else of the host runs under that id.
-pub(super) fn give_to(fd: BorrowedFd<'_>, id: u32) -> std::io::Result<()> {
+fn give_to(fd: BorrowedFd<'_>, id: u32) -> std::io::Result<()> {
     // SAFETY: fchown on a valid fd changes only that inode's owner.
     if unsafe { libc::fchown(fd.as_raw_fd(), id, id) } < 0 {
         return Err(std::io::Error::last_os_error());
