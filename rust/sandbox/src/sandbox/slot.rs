@@ -217,7 +217,7 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
     // The box sees its own cgroup (read-only) under /sys/fs/cgroup. On v1 the template binds
     // the slot's directories there; on v2 every box mounts a cgroup2 view of its own instead
     // (rooted at its cgroup namespace: the slot's cgroup, or a cold run's own, see
-    // `run::run_cgroup`), so the template leaves the directory empty.
+    // `run::place::run_cgroup`), so the template leaves the directory empty.
     let view = match &cgroup {
         Some((s, true)) => CgroupView::new(s.paths()),
         _ => CgroupView::default(),
