@@ -68,11 +68,11 @@ def settled_fds(timeout: float = 10.0) -> int:
 
     A slot hands a run's verdict to its caller first and only then, off the caller's critical
     path, drops what the run left and makes the next run's channels (``between_runs`` in
-    ``rust/sandbox/src/run.rs``): right after the last verdicts, slots are still doing that,
-    and the count depends on how far each has got (a spare set of channels alone is 10 fds:
-    the tmpfs, its root, three pipes and a socket pair). Once every slot thread is back
-    waiting for work, an idle slot's fds are a function of its state only: the count is read
-    there, twice in a row the same, with the slot threads waiting both times."""
+    ``rust/sandbox/src/run/channels.rs``): right after the last verdicts, slots are still
+    doing that, and the count depends on how far each has got (a spare set of channels alone
+    is 10 fds: the tmpfs, its root, three pipes and a socket pair). Once every slot thread is
+    back waiting for work, an idle slot's fds are a function of its state only: the count is
+    read there, twice in a row the same, with the slot threads waiting both times."""
     deadline = time.monotonic() + timeout
     last = None
     while True:

@@ -6,7 +6,7 @@
 //! newer than the crate's tables, or ones it omits on aarch64). Numbers 424 and up are shared by
 //! every architecture.
 //!
-//! Over 600 lines: one name table per architecture, each of which reads best whole.
+//! It is long because it holds one name table per architecture, each of which reads best whole.
 
 use libc::c_long;
 

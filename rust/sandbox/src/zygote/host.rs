@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::wire::encode;
 use crate::fdpass;
 use crate::mounts::{RunFs, BOX_ID};
-use crate::run::{self, BoxSpec, ChildFds, Launch, RunResult};
+use crate::run::{self, BoxSpec, Cause, ChildFds, Launch};
 use crate::sandbox::{Prepared, Shared, Slot};
 use crate::spawn::Step;
 use crate::supervise::{self, Exit};
@@ -47,7 +47,7 @@ pub(crate) fn is_alive(z: &Zygote) -> bool {
 }
 
 /// Makes sure the slot has a live warm interpreter.
-pub(crate) fn ensure(shared: &Shared, slot: &mut Slot) -> RunResult<()> {
+pub(crate) fn ensure(shared: &Shared, slot: &mut Slot) -> Result<(), Cause> {
     if slot.zygote.as_ref().is_some_and(is_alive) {
         return Ok(());
     }
@@ -62,7 +62,7 @@ pub(crate) fn discard(slot: &mut Slot) {
     slot.zygote = None;
 }
 
-fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
+fn start(shared: &Shared, slot: &mut Slot) -> Result<Zygote, Cause> {
     let warm = shared
         .config
         .warm
@@ -85,7 +85,7 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
         .map(|a| {
             CString::new(a.as_bytes()).map_err(|_| "warm interpreter argv contains NUL".to_string())
         })
-        .collect::<RunResult<_>>()?;
+        .collect::<Result<_, String>>()?;
     let cwd = CString::new("/").expect("no NUL");
     // No core dump and no host core handler, ever (see `crate::rlimit`): the interpreter's
     // hard limit of 1 is also the most any of its runs can have.
@@ -123,7 +123,8 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
                 "starting the warm interpreter: cannot execute {}: {}",
                 warm.argv[0],
                 std::io::Error::from_raw_os_error(errno)
-            ))
+            )
+            .into())
         }
     };
     let mut z = Zygote {
@@ -144,9 +145,9 @@ fn start(shared: &Shared, slot: &mut Slot) -> RunResult<Zygote> {
             run::kill(z.pidfd.as_fd());
             supervise::reap(z.pid);
             let out = tail(&z.log);
-            return Err(format!(
-                "the warm interpreter did not start ({why}); its output: {out}"
-            ));
+            return Err(
+                format!("the warm interpreter did not start ({why}); its output: {out}").into(),
+            );
         }
     }
     // The interpreter lives in the slot's cgroup, like its runs (no per-run migration: that
@@ -181,8 +182,8 @@ pub(crate) fn launch(
     fds: &ChildFds<'_>,
     (status_r, status_w): (std::os::fd::BorrowedFd<'_>, OwnedFd),
     sock_parent: std::os::fd::BorrowedFd<'_>,
-) -> RunResult<Launch> {
-    let (go_r, go_w) = run::pipe().map_err(|e| format!("pipe: {e}"))?;
+) -> Result<Launch, Cause> {
+    let (go_r, go_w) = run::pipe().map_err(Cause::io("pipe"))?;
     let rlimits = crate::rlimit::for_limits(&prepared.limits, slot.cgroup.is_none());
     let payload = encode(
         shared.config.network,
@@ -214,7 +215,8 @@ pub(crate) fn launch(
                 return Err(format!(
                     "the run's environment is too large for the warm interpreter ({} bytes)",
                     payload.len()
-                ))
+                )
+                .into())
             }
             Err(e) => format!("the warm interpreter is gone: {e}"),
             Ok(()) => match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
@@ -226,14 +228,15 @@ pub(crate) fn launch(
                     return Err(format!(
                         "the warm interpreter could not fork: {}",
                         String::from_utf8_lossy(&m[1..])
-                    ))
+                    )
+                    .into())
                 }
                 Ok(_) => format!("the warm interpreter died; its output: {}", tail(&z.log)),
-                Err(e) => return Err(format!("the warm interpreter did not answer: {e}")),
+                Err(e) => return Err(format!("the warm interpreter did not answer: {e}").into()),
             },
         };
         if attempts > 1 {
-            return Err(gone);
+            return Err(gone.into());
         }
         discard(slot);
         ensure(shared, slot).map_err(|e| format!("{gone}; a new one did not start: {e}"))?;
@@ -247,9 +250,8 @@ pub(crate) fn launch(
     if unsafe { libc::write(go_w.as_raw_fd(), b"g".as_ptr().cast(), 1) } != 1 {
         run::kill(initfd.as_fd());
         finish(slot);
-        return Err(format!(
-            "releasing the warm run: {}",
-            std::io::Error::last_os_error()
+        return Err(Cause::io("releasing the warm run")(
+            std::io::Error::last_os_error(),
         ));
     }
     drop(go_w);
@@ -265,7 +267,8 @@ pub(crate) fn launch(
                 "warm run set-up failed at {}: {}",
                 step.describe(),
                 std::io::Error::from_raw_os_error(errno)
-            ));
+            )
+            .into());
         }
         Err(e) => {
             run::kill(initfd.as_fd());
@@ -298,9 +301,10 @@ fn finish(slot: &mut Slot) {
 }
 
 /// Lets the interpreter go on once the run's file system is freed (see [`report_exit`](super::reap::report_exit)).
-pub(crate) fn release(slot: &Slot) -> RunResult<()> {
+pub(crate) fn release(slot: &Slot) -> Result<(), Cause> {
     let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
-    fdpass::send(z.ctl.as_fd(), b"!", &[]).map_err(|e| format!("the warm interpreter is gone: {e}"))
+    fdpass::send(z.ctl.as_fd(), b"!", &[])
+        .map_err(|e| format!("the warm interpreter is gone: {e}").into())
 }
 
 /// Receives the exit report of the run in flight from the warm interpreter: once it comes,
@@ -308,7 +312,7 @@ pub(crate) fn release(slot: &Slot) -> RunResult<()> {
 /// nothing: a run that filled the slot's memory (with tmpfs pages, say) leaves it full until
 /// the supervisor has freed the run's file system, and an allocation before that would get
 /// the interpreter itself OOM-killed.
-pub(crate) fn wait_exit(slot: &Slot) -> RunResult<Exit> {
+pub(crate) fn wait_exit(slot: &Slot) -> Result<Exit, Cause> {
     let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
     fdpass::send(z.ctl.as_fd(), b"?", &[])
         .map_err(|e| format!("the warm interpreter is gone: {e}"))?;
@@ -331,8 +335,9 @@ pub(crate) fn wait_exit(slot: &Slot) -> RunResult<Exit> {
         Ok(_) => Err(format!(
             "the warm interpreter died during the run; its output: {}",
             tail(&z.log)
-        )),
-        Err(e) => Err(format!("the warm interpreter did not report the exit: {e}")),
+        )
+        .into()),
+        Err(e) => Err(format!("the warm interpreter did not report the exit: {e}").into()),
     }
 }
 
