@@ -16,6 +16,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use agentrl_sandbox as sb;
 
+mod backend;
 mod pool;
 
 create_exception!(
@@ -462,6 +463,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySession>()?;
     m.add_class::<PySnapshot>()?;
     pool::register(m)?;
+    backend::register(m)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(check_host, m)?)?;
     m.add_function(wrap_pyfunction!(_cgroup_default_parent, m)?)?;

@@ -514,38 +514,15 @@ fn classify(
     truncated: bool,
     pids_hit: bool,
 ) -> (Status, Option<LimitKind>) {
-    let pids = if pids_hit {
-        Some(LimitKind::Pids)
-    } else {
-        None
-    };
-    if oom {
-        (Status::MemoryLimit, Some(LimitKind::Memory))
-    } else if killed == Some(Kill::Output) {
-        (Status::OutputLimit, Some(LimitKind::Output))
-    } else if killed == Some(Kill::WallTime) {
-        (Status::Timeout, Some(LimitKind::WallTime))
-    } else if killed == Some(Kill::CpuTime)
-        || signal == Some(libc::SIGXCPU)
-        || (signal == Some(libc::SIGKILL) && cpu_exhausted)
-    {
-        (Status::Timeout, Some(LimitKind::CpuTime))
-    } else if truncated {
-        (Status::OutputLimit, Some(LimitKind::Output))
-    } else if let Some(sig) = signal {
-        (
-            Status::Signaled,
-            if sig == libc::SIGXFSZ {
-                Some(LimitKind::FileSize)
-            } else {
-                pids
-            },
-        )
-    } else if exit_code != Some(0) {
-        (Status::RuntimeError, pids)
-    } else {
-        (Status::Ok, pids)
-    }
+    crate::verdict::classify(
+        oom,
+        killed,
+        signal,
+        exit_code,
+        cpu_exhausted,
+        truncated,
+        pids_hit,
+    )
 }
 
 /// The fds a child needs (it duplicates them; the parent closes its copies after launch).
