@@ -5,6 +5,7 @@ for)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import sys
@@ -221,21 +222,10 @@ class Sandbox:
         ``tee=(1, 2)`` shows a run live, as ``agentrl run`` does. The GIL is released while the run is in flight; a Ctrl-C (any signal whose handler
         raises) kills the box and is raised here within about 0.1 s.
         """
-        args, data, names = run_args(argv, stdin, collect, limits, cwd)
-        req = RunRequest(
-            argv=args,
-            stdin=data,
-            files=file_list(files),
-            collect=names,
-            limits=limits,
-            cwd=cwd,
-            env=env_pairs("env", env),
-            tee=check_tee(tee),
-            warm=_warm,
-            session=_session,
-            pass_fds=tuple(_pass_fds),
+        req = _request(argv, stdin, files, collect, limits, cwd, env, tee)
+        return self._backend.run(
+            dataclasses.replace(req, warm=_warm, session=_session, pass_fds=tuple(_pass_fds))
         )
-        return self._backend.run(req)
 
     def run_python(
         self,
@@ -267,22 +257,10 @@ class Sandbox:
         run and your own copy of its write end are closed. ``tee`` is :meth:`run`'s.
         """
         fds = check_pass_fds(pass_fds)
-        all_files = file_list(python_files(source, files))
-        args, data, names = run_args(
-            python_argv(self._backend.python), stdin, collect, limits, None
-        )
-        req = RunRequest(
-            argv=args,
-            stdin=data,
-            files=all_files,
-            collect=names,
-            limits=limits,
-            cwd=None,
-            env=env_pairs("env", env),
-            tee=check_tee(tee),
-            pass_fds=fds,
-        )
-        return self._backend.run_python(req)
+        all_files = python_files(source, files)
+        argv = python_argv(self._backend.python)
+        req = _request(argv, stdin, all_files, collect, limits, None, env, tee)
+        return self._backend.run_python(dataclasses.replace(req, pass_fds=fds))
 
     def _warm_for(self, env: Sequence[tuple[str, str]], pass_fds: bool) -> bool:
         """Whether a ``run_python`` with ``env`` runs warm (the pool asks for its jobs)."""
@@ -353,3 +331,27 @@ class Sandbox:
             f"<agentrl.{type(self).__name__} {state} network={self._network} "
             f"cgroup={self.cgroup_version}{self._backend.describe()}>"
         )
+
+
+def _request(
+    argv: object,
+    stdin: object,
+    files: Mapping[str, bytes | str] | None,
+    collect: object,
+    limits: Limits | None,
+    cwd: object,
+    env: Mapping[str, str] | None,
+    tee: object,
+) -> RunRequest:
+    """A run's arguments, checked by the checks every entry point shares."""
+    args, data, names = run_args(argv, stdin, collect, limits, cwd)
+    return RunRequest(
+        argv=args,
+        stdin=data,
+        files=file_list(files),
+        collect=names,
+        limits=limits,
+        cwd=cwd,  # type: ignore[arg-type]  # run_args checked it: str or None
+        env=env_pairs("env", env),
+        tee=check_tee(tee),
+    )
