@@ -25,6 +25,7 @@ __all__ = [
     "_zygote_trim",
     "check_host",
     "check_limits",
+    "classify_verdict",
     "seccomp_policy",
 ]
 
@@ -224,6 +225,15 @@ class Session:
 
 def seccomp_policy(network: bool) -> dict[str, Any]: ...
 def check_host() -> None: ...
+def classify_verdict(
+    oom: bool,
+    killed: str | None,
+    signal: int | None,
+    exit_code: int | None,
+    cpu_exhausted: bool,
+    truncated: bool,
+    pids_hit: bool,
+) -> tuple[str, str | None]: ...
 def _cgroup_default_parent() -> str | None: ...
 def _host_id_ranges() -> tuple[tuple[int, int], tuple[int, int]]: ...
 def _zygote_init() -> None: ...

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 from agentrl import _core
 from agentrl.errors import AgentRLError
-from agentrl.sandbox.args import RunRequest, check_int
+from agentrl.sandbox.args import check_int
+from agentrl.sandbox.backend import RunRequest
 
 __all__ = [
     "JobExpired",

@@ -27,7 +27,6 @@ from agentrl.pool.jobs import (
     _schedule,
 )
 from agentrl.sandbox.args import (
-    RunRequest,
     check_int,
     check_pass_fds,
     env_pairs,
@@ -36,6 +35,7 @@ from agentrl.sandbox.args import (
     python_files,
     run_args,
 )
+from agentrl.sandbox.backend import RunRequest
 from agentrl.sandbox.box import Sandbox
 from agentrl.sandbox.layout import relocate_argv0
 from agentrl.sandbox.limits import Limits
@@ -183,7 +183,9 @@ class SandboxPool(_JobPool):
         args, data, names = run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
         relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
         group, priority, deadline = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
-        request = RunRequest(args, data, file_list(files), names, limits, cwd, env, warm, fds)
+        request = RunRequest(
+            args, data, file_list(files), names, limits, cwd, env, warm=warm, pass_fds=fds
+        )
         return PoolJob(request, group, priority, deadline)
 
     def _job(self, job: Any, common: Mapping[str, Any]) -> PoolJob:

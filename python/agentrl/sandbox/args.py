@@ -20,7 +20,6 @@ from agentrl.sandbox.limits import Limits
 __all__ = [
     "RELOCATED",
     "Bind",
-    "RunRequest",
     "bind_tuple",
     "check_common",
     "check_int",
@@ -203,33 +202,6 @@ def run_args(
     if cwd is not None and not isinstance(cwd, str):
         raise TypeError("cwd must be a str")
     return args, data, names
-
-
-@dataclass(frozen=True, slots=True)
-class RunRequest:
-    """One run as it crosses into the Rust core (``_core.Sandbox.run``, and in a
-    :class:`agentrl.pool.jobs.PoolJob` ``_core.Pool.submit_many``), where it is read by field
-    name. Made only by the entry points, after the checks above: every value is already in
-    the box's terms."""
-
-    argv: list[bytes]
-    """The program and its arguments (argv[0] relocated into the box where it must be)."""
-    stdin: bytes
-    """The whole standard input."""
-    files: list[tuple[str, bytes]]
-    """Input files: (path relative to the work dir, contents)."""
-    collect: list[str]
-    """Files to hand back after the run (relative to the work dir)."""
-    limits: Limits | None
-    """This run's limits, or None for the sandbox's."""
-    cwd: str | None
-    """Working directory in the box, or None for the work dir."""
-    env: list[tuple[str, str]]
-    """Variables added to the sandbox's environment."""
-    warm: bool = False
-    """A fork of the slot's warm interpreter (``run_python``'s fast path) instead of a new box."""
-    pass_fds: tuple[int, ...] = ()
-    """Host fds the run gets as its fds 3, 4, ... (warm runs only)."""
 
 
 def python_files(source: object, files: Mapping[str, bytes | str] | None) -> dict[str, bytes | str]:

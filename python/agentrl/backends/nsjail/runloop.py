@@ -1,6 +1,7 @@
 """A run's supervision and verdict: :func:`_watch` feeds stdin, captures output, enforces the wall,
 CPU and output limits and reaps nsjail; :func:`_verdict` turns what it learnt into an
-:class:`~agentrl.ExecResult`, classified in the native backend's order (:func:`_classify`)."""
+:class:`~agentrl.ExecResult`, classified by the native backend's rule (the Rust core's
+``classify_verdict``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from agentrl import _core
 from agentrl.backends.nsjail.capture import _Capture, _parse_log
 from agentrl.backends.nsjail.cgroups import _RunCgroup
 from agentrl.sandbox.limits import Limits
@@ -27,7 +29,7 @@ _SIDE_CAP = 1 << 20
 
 @dataclass
 class _Run:
-    """Everything one run owns (released by :meth:`NsjailSandbox._release`)."""
+    """Everything one run owns (released by :meth:`NsjailBackend._release`)."""
 
     hid: int
     run_dir: str
@@ -248,7 +250,8 @@ def _verdict(
         oom = bool(usage.get("failcnt")) and sig == signal.SIGKILL and killed is None
     pids_peak, pids_events = usage.get("pids_peak"), usage.get("pids_max_events")
     pids_hit = bool(pids_events) or (pids_peak is not None and pids_peak >= lim.max_pids)
-    status, limit = _classify(
+    # The native backend's rule, from the Rust core: both backends judge a run alike.
+    status_name, limit = _core.classify_verdict(
         oom,
         killed,
         sig,
@@ -257,6 +260,7 @@ def _verdict(
         out.truncated or err.truncated,
         pids_hit,
     )
+    status = Status(status_name)
     return ExecResult(
         status=status,
         exit_code=exit_code,
@@ -279,33 +283,3 @@ def _cannot(what: str, path: bytes, err: int) -> bytes:
     obj = b"" if what == "execute" else b"the working directory "
     text = f"{os.strerror(err) if err else 'unknown error'} (os error {err})"
     return b"agentrl: cannot " + what.encode() + b" " + obj + path + b": " + text.encode() + b"\n"
-
-
-def _classify(
-    oom: bool,
-    killed: str | None,
-    sig: int | None,
-    exit_code: int | None,
-    cpu_exhausted: bool,
-    truncated: bool,
-    pids_hit: bool,
-) -> tuple[Status, str | None]:
-    """The status and the limit that decided it, in the native backend's order."""
-    pids = "pids" if pids_hit else None
-    if oom:
-        return Status.MEMORY_LIMIT, "memory"
-    if killed == "wall_time":
-        return Status.TIMEOUT, "wall_time"
-    if (
-        killed == "cpu_time"
-        or sig == signal.SIGXCPU
-        or (sig == signal.SIGKILL and cpu_exhausted and killed is None)
-    ):
-        return Status.TIMEOUT, "cpu_time"
-    if truncated or killed == "output":
-        return Status.OUTPUT_LIMIT, "output"
-    if sig is not None:
-        return Status.SIGNALED, "file_size" if sig == signal.SIGXFSZ else pids
-    if exit_code != 0:
-        return Status.RUNTIME_ERROR, pids
-    return Status.OK, pids

@@ -10,8 +10,7 @@ use super::thread_cpu_ns;
 use super::watch::Watched;
 use crate::sandbox::{Prepared, Slot};
 use crate::spawn::Step;
-use crate::supervise::Kill;
-use crate::verdict::{ExecResult, LimitKind, Status};
+use crate::verdict::{classify, ExecResult, Status};
 
 /// The measuring phase: waits for the live output to be written, reads the run's figures,
 /// frees the run's own cgroup and makes the verdict.
@@ -143,50 +142,6 @@ pub(super) fn cannot_execute(run: &Prepared, step: Step, errno: i32) -> ExecResu
         tee.finish(crate::tee::FINISH_WAIT);
     }
     r
-}
-
-/// The status and the limit that decided it, in order of precedence.
-pub(super) fn classify(
-    oom: bool,
-    killed: Option<Kill>,
-    signal: Option<i32>,
-    exit_code: Option<i32>,
-    cpu_exhausted: bool,
-    truncated: bool,
-    pids_hit: bool,
-) -> (Status, Option<LimitKind>) {
-    let pids = if pids_hit {
-        Some(LimitKind::Pids)
-    } else {
-        None
-    };
-    if oom {
-        (Status::MemoryLimit, Some(LimitKind::Memory))
-    } else if killed == Some(Kill::Output) {
-        (Status::OutputLimit, Some(LimitKind::Output))
-    } else if killed == Some(Kill::WallTime) {
-        (Status::Timeout, Some(LimitKind::WallTime))
-    } else if killed == Some(Kill::CpuTime)
-        || signal == Some(libc::SIGXCPU)
-        || (signal == Some(libc::SIGKILL) && cpu_exhausted)
-    {
-        (Status::Timeout, Some(LimitKind::CpuTime))
-    } else if truncated {
-        (Status::OutputLimit, Some(LimitKind::Output))
-    } else if let Some(sig) = signal {
-        (
-            Status::Signaled,
-            if sig == libc::SIGXFSZ {
-                Some(LimitKind::FileSize)
-            } else {
-                pids
-            },
-        )
-    } else if exit_code != Some(0) {
-        (Status::RuntimeError, pids)
-    } else {
-        (Status::Ok, pids)
-    }
 }
 
 fn tv(t: &libc::timeval) -> f64 {
