@@ -17,9 +17,9 @@ from importlib import _bootstrap_external  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
-from agentrl.evaluation import _box
 from agentrl.evaluation._judges import CANDIDATE_MAIN, Judges
 from agentrl.evaluation.compare import outputs_match
+from agentrl.evaluation.harness import judge as _box
 from agentrl.evaluation.judgement import (
     CaseResult,
     ErrorClass,
@@ -68,7 +68,7 @@ JUDGE_LIMIT_S = 86_400.0
 
 @functools.lru_cache(maxsize=1)
 def _harness_source() -> str:
-    return (Path(__file__).with_name("_box.py")).read_text(encoding="utf-8")
+    return (Path(__file__).parent / "harness" / "judge.py").read_text(encoding="utf-8")
 
 
 PRELOADED_HARNESS = "_agentrl_harness"
@@ -110,7 +110,7 @@ def _harness_blob() -> bytes:
     ``.pyc`` files beside it (the same directory); anything that does not match is ignored
     and compiled afresh.
     """
-    src_path = Path(__file__).with_name("_box.py")
+    src_path = Path(__file__).parent / "harness" / "judge.py"
     source = _harness_source()
     try:
         st = os.stat(src_path)
