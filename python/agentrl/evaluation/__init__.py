@@ -9,7 +9,7 @@
 * :class:`RewardConfig` / :func:`shape` (``rewards``): a judgement becomes a shaped reward.
 
 How a function task is judged, and which reward hacks that defeats, is described in
-``agentrl.evaluation._box`` (the harness) and docs/rewards.md.
+``agentrl.evaluation.harness`` (the harness) and docs/rewards.md.
 """
 
 from __future__ import annotations

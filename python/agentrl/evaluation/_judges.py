@@ -5,11 +5,12 @@ against it (the candidate must not be able to reach the verdict). Forking both f
 costs two forks and two exits of a warm interpreter; here the judge lives on, so each task
 costs one warm run (the candidate's) and the judge's work. In order, for one task:
 
-1. a free judge is taken (a warm run started with :func:`_box._judge_server`, its socket to
-   the host passed as its fd 3);
+1. a free judge is taken (a warm run started with :func:`harness.server._judge_server`, its
+   socket to the host passed as its fd 3);
 2. three pipes are made; the judge gets the task's tests and its ends of them over its socket;
-3. the candidate runs as a warm run (:func:`_box._candidate`) with the other ends as its fds
-   3, 4 and 5: it has nothing else of the judge, and the judge nothing of it but the pipes;
+3. the candidate runs as a warm run (:func:`harness.candidate._candidate`) with the other ends
+   as its fds 3, 4 and 5: it has nothing else of the judge, and the judge nothing of it but
+   the pipes;
 4. once the candidate's run is over, the judge is told how it ended and answers the verdict.
 
 A judge that dies, hangs or answers nonsense masks that task (no reward, with the reason) and

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import binascii
-import contextlib
 import functools
 import json
 import marshal
@@ -13,13 +12,18 @@ import sys
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from importlib import _bootstrap_external  # type: ignore[attr-defined]
-from pathlib import Path
 from typing import Any
 
-from agentrl.evaluation import _box
 from agentrl.evaluation._judges import CANDIDATE_MAIN, Judges
 from agentrl.evaluation.compare import outputs_match
+from agentrl.evaluation.harness import (
+    HARNESS_FILE,
+    PRELOADED_HARNESS,
+    compiled_loader,
+    preload_loader,
+    source_loader,
+)
+from agentrl.evaluation.harness.cases import prepare
 from agentrl.evaluation.judgement import (
     CaseResult,
     ErrorClass,
@@ -66,108 +70,6 @@ JUDGE_LIMIT_S = 86_400.0
 """Wall/CPU limit of a persistent judge's run (it is replaced long before, see ``_judges``)."""
 
 
-@functools.lru_cache(maxsize=1)
-def _harness_source() -> str:
-    return (Path(__file__).with_name("_box.py")).read_text(encoding="utf-8")
-
-
-PRELOADED_HARNESS = "_agentrl_harness"
-"""Module name of the harness in the warm interpreters of an owned pool (loaded once per
-interpreter, before any candidate code; each run gets a fork of it)."""
-
-HARNESS_FILE = ".agentrl_harness"
-"""Name of the compiled harness in the box's work dir (read once, before any candidate code)."""
-
-
-@functools.lru_cache(maxsize=1)
-def _harness_compiled() -> tuple[str, bytes]:
-    """A small loader and the harness as a marshalled code object (docstrings stripped):
-    compiling ~800 lines of source costs ~9 ms per run, loading the code object from a file
-    well under 1 ms. Only valid for an interpreter of this very version (checked in the box:
-    a mismatch is a masked run)."""
-    blob = _harness_blob()
-    tag = sys.implementation.cache_tag
-    loader = (
-        "import sys, marshal, os\n"
-        f"if sys.implementation.cache_tag != {tag!r}:\n"
-        "    os.write(2, b'AGENTRL-HARNESS-ERROR interpreter mismatch\\n')\n"
-        "    os._exit(70)\n"
-        f"with open({HARNESS_FILE!r}, 'rb') as _f:\n"
-        "    exec(marshal.loads(_f.read()))\n"
-        "del _f\n"
-    )
-    return loader, blob
-
-
-def _harness_blob() -> bytes:
-    """The harness compiled (``optimize=2``) and marshalled, with a bytecode cache.
-
-    Compiling it takes ~20 ms of every new process's start, before the first warm
-    interpreter can boot. The result is cached as Python caches modules' bytecode: in the
-    harness's ``__pycache__`` (``_box.<cache_tag>.agentrl-harness``), valid for this
-    interpreter's bytecode magic and the source's exact size and mtime; written atomically,
-    and silently skipped where the directory is not writable. The file is as trusted as the
-    ``.pyc`` files beside it (the same directory); anything that does not match is ignored
-    and compiled afresh.
-    """
-    src_path = Path(__file__).with_name("_box.py")
-    source = _harness_source()
-    try:
-        st = os.stat(src_path)
-        key = b"%s%d:%d:" % (_bootstrap_external.MAGIC_NUMBER, st.st_mtime_ns, st.st_size)
-        cache = (
-            src_path.parent / "__pycache__" / f"_box.{sys.implementation.cache_tag}.agentrl-harness"
-        )
-    except (OSError, AttributeError):
-        key = cache = None
-    if key is not None and cache is not None:
-        try:
-            data = cache.read_bytes()
-            if data.startswith(key) and len(source.encode("utf-8")) == st.st_size:
-                marshal.loads(data[len(key) :])  # a damaged file is compiled afresh
-                return data[len(key) :]
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
-    blob = marshal.dumps(compile(source, "<agentrl-harness>", "exec", optimize=2))
-    if key is not None and cache is not None:
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        try:
-            cache.parent.mkdir(exist_ok=True)
-            tmp.write_bytes(key + blob)
-            os.replace(tmp, cache)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-    return blob
-
-
-_PRELOAD_BUDGET = 100_000
-"""Longest harness preload sent as a compiled code object (the warm interpreter's whole
-bootstrap is one ``execve`` argument, at most ``agentrl.sandbox.warm._MAX_SOURCE`` bytes)."""
-
-
-@functools.lru_cache(maxsize=1)
-def _harness_preload() -> str:
-    """The harness as the warm interpreters of an owned pool load it.
-
-    A loader of its marshalled code object (base64): compiling the ~1,100 lines of source
-    took every warm interpreter 10 to 20 ms of its boot (an Evaluator boots two per worker),
-    unmarshalling takes well under 1 ms. The pool runs this very interpreter (checked in the
-    box: another one refuses to load it and the warm interpreter does not start). The
-    source itself where the loader would not fit in the bootstrap."""
-    _, blob = _harness_compiled()
-    text = binascii.b2a_base64(blob, newline=False).decode("ascii")
-    tag = sys.implementation.cache_tag
-    loader = (
-        "import sys as _s, marshal as _m, binascii as _b\n"
-        f"if _s.implementation.cache_tag != {tag!r}:\n"
-        f"    raise ImportError({'the compiled agentrl harness needs ' + tag!r})\n"
-        f"exec(_m.loads(_b.a2b_base64({text!r})))\n"
-        "del _s, _m, _b\n"
-    )
-    return loader if len(loader) <= _PRELOAD_BUDGET else _harness_source()
-
-
 @functools.lru_cache(maxsize=4096)
 def _prepared(prompt: str, test: str, compiled: bool) -> tuple[str, int]:
     """The task part of the harness's stdin (JSON without the opening brace) and the number
@@ -177,7 +79,7 @@ def _prepared(prompt: str, test: str, compiled: bool) -> tuple[str, int]:
     objects (the box then compiles nothing of the task); otherwise as source. Raises
     ``SyntaxError`` when the tests do not compile.
     """
-    codes, test_code, texts, in_loop = _box.prepare(prompt, test)
+    codes, test_code, texts, in_loop = prepare(prompt, test)
     if compiled:
         payload = {
             "prompt_code": binascii.b2a_base64(marshal.dumps(codes), newline=False).decode(),
@@ -293,7 +195,7 @@ class Evaluator:
                 "workers": n,
                 "sandbox": {
                     "preimports": _PREIMPORTS,
-                    "preload": {PRELOADED_HARNESS: _harness_preload()},
+                    "preload": {PRELOADED_HARNESS: preload_loader()},
                     "max_concurrency": 2 * n,  # the judges' runs and the candidates'
                 },
             }
@@ -374,9 +276,9 @@ class Evaluator:
         if self._preloaded:
             head = f"from {PRELOADED_HARNESS} import _main"
         elif self._compiled:
-            head, files[HARNESS_FILE] = _harness_compiled()
+            head, files[HARNESS_FILE] = compiled_loader()
         else:
-            head = _harness_source()
+            head = source_loader()
         source = f"{head}\n_main({task.prompt + completion!r}, {task.entry_point!r})\n"
         stdin = f'{nonce}\n{{"timeout": {timeout!r}, {fragment}'
         return source, stdin, nonce, files
