@@ -210,3 +210,13 @@ def test_tests_stuck_past_the_timeout_fail_as_a_timeout(stuck: str) -> None:
         judge = _judges() - before
         assert ev.judge(ECHO, GOOD).passed
         assert _judges() - before == judge
+
+
+def test_the_preloaded_harness_is_compiled_and_well_inside_its_budget() -> None:
+    # Past its budget the preload falls back to source, which every warm interpreter would
+    # compile at boot (10 to 20 ms each): growing the harness must not do that unnoticed.
+    from agentrl.evaluation import harness
+
+    loader = harness.preload_loader()
+    assert "_m.loads(_z.decompress(" in loader, "the preload fell back to source"
+    assert len(loader) <= 0.6 * harness._PRELOAD_BUDGET, len(loader)
