@@ -64,7 +64,7 @@ def cgroup_kernel_version() -> tuple[int, int]:
     return min([kernel_version(), *(v for h, v in _HIDE_AS.items() if h in hide)])
 
 
-ZYGOTE_MARK = "_agentrl_zygote"
+WARM_MARK = "_agentrl_warm"
 SESSION_MARK = f"agentrl-test-{os.getpid()}-{secrets.token_hex(4)}"
 """Value of ``AGENTRL_TEST_MARK`` in the environment of every box of the session sandbox."""
 
@@ -151,20 +151,20 @@ def has_session_marker(pid: int) -> bool:
 
 
 def host_procs_of_box_uids(
-    mine_only: bool = True, with_zygotes: bool = False
+    mine_only: bool = True, with_warm: bool = False
 ) -> list[tuple[int, list[int], str]]:
     """Host processes whose uid or gid lies in the boxes' host id range: (pid, uids, cmdline).
 
     Other programs on the host (say, the Rust test suite) may run boxes with the same ids at
     the same time, so by default only the boxes of this process count: those below it in the
     process tree, or carrying this session's environment marker (in case one escaped the tree).
-    The warm interpreters ("zygotes", one per slot, alive until ``close()``) are the sandbox's
-    own and are left out unless ``with_zygotes``; the runs forked from them are counted, but
+    The warm interpreters (one per slot, alive until ``close()``) are the sandbox's
+    own and are left out unless ``with_warm``; the runs forked from them are counted, but
     for the persistent judges of open Evaluators (comm ``agentrl-judge``, alive until the
     Evaluator closes, see :func:`judge_procs`) and the idle inits of their pid namespaces.
     """
     mine = my_descendants() if mine_only else set()
-    judges = {ns for _, ns in judge_procs()} if not with_zygotes else set()
+    judges = {ns for _, ns in judge_procs()} if not with_warm else set()
     out = []
     for pid in host_pids():
         if judges and _pid_ns(pid) in judges:
@@ -175,7 +175,7 @@ def host_procs_of_box_uids(
         if mine_only and pid not in mine and not has_session_marker(pid):
             continue
         cmd = _cmdline(pid)
-        if not with_zygotes and ZYGOTE_MARK in cmd and not _box_parent(pid):
+        if not with_warm and WARM_MARK in cmd and not _box_parent(pid):
             continue
         out.append((pid, ids[0], cmd))
     return out

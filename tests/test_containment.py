@@ -30,7 +30,7 @@ from agentrl import ExecResult, Limits, Sandbox, Status
 from conftest import (
     DEFAULT_LIMITS,
     SESSION_MARK,
-    ZYGOTE_MARK,
+    WARM_MARK,
     host_procs_of_box_uids,
     native_runner,
     wait_no_box_procs,
@@ -141,8 +141,8 @@ def ipc_on_host(key: int, name: str) -> list[str]:
     hexkey = f"0x{key:08x}"
     left = []
     namespaces: list[list[str]] = [[]]
-    for pid, _uids, cmd in host_procs_of_box_uids(with_zygotes=True):
-        if ZYGOTE_MARK in cmd:
+    for pid, _uids, cmd in host_procs_of_box_uids(with_warm=True):
+        if WARM_MARK in cmd:
             namespaces.append(["nsenter", f"--ipc=/proc/{pid}/ns/ipc", "--"])
     for ns in namespaces:
         try:

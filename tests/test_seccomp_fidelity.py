@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from agentrl import ExecResult, Sandbox, Status
-from conftest import BOX_UID_BASE, ZYGOTE_MARK, _cmdline, sh_in_box, status_ids, why
+from conftest import BOX_UID_BASE, WARM_MARK, _cmdline, sh_in_box, status_ids, why
 
 X86_64 = platform.machine() == "x86_64"
 PATHS = ["cold", "warm"]
@@ -509,15 +509,15 @@ def test_tracer_cannot_reach_init_or_anything_outside(
     """pid 1 (the box's init, without seccomp, on its own uid and non-dumpable) cannot be
     attached, seized, read or written; the host's pids (this test, the warm interpreter) are
     not in the box's pid namespace. A process of the box can trace its own kin (pid 2)."""
-    zygotes = [
+    warm = [
         int(p)
         for p in os.listdir("/proc")
         if p.isdigit()
         and (ids := status_ids(p))
         and BOX_UID_BASE <= ids[0][0] < BOX_UID_BASE + 4096
-        and ZYGOTE_MARK in _cmdline(int(p))
+        and WARM_MARK in _cmdline(int(p))
     ]
-    outside = [os.getpid(), os.getppid(), *zygotes[:2]]
+    outside = [os.getpid(), os.getppid(), *warm[:2]]
     r = run_tracer(sb, path, tracer, "reach 1 " + " ".join(map(str, outside)))
     clean(r)
     got = {}

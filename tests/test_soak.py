@@ -131,7 +131,9 @@ def warm_up(box: Sandbox) -> None:
 def test_soak_true_leaves_nothing_behind():
     gc.collect()  # what earlier tests left for the collector goes now, not mid-soak
     cgroups_before = agentrl_cgroup_dirs(os.getpid())
-    session_boxes = {p[0] for p in host_procs_of_box_uids(with_zygotes=True)}  # session's zygotes
+    session_boxes = {
+        p[0] for p in host_procs_of_box_uids(with_warm=True)
+    }  # the session's warm interpreters
     fds_before, threads_before, mounts_before = (
         settled_fds(),
         threads_of_this_process(),
@@ -164,8 +166,8 @@ def test_soak_true_leaves_nothing_behind():
     assert wait_count_at_most(threads_of_this_process, threads_before) == threads_before
     assert mount_lines() == mounts_before
     assert not left, f"cgroups left after close(): {sorted(left)}"
-    zygotes = [p for p in host_procs_of_box_uids(with_zygotes=True) if p[0] not in session_boxes]
-    assert not zygotes, f"box processes (warm interpreters) alive after close(): {zygotes}"
+    warm = [p for p in host_procs_of_box_uids(with_warm=True) if p[0] not in session_boxes]
+    assert not warm, f"box processes (warm interpreters) alive after close(): {warm}"
     del box
     assert settled_fds() == fds_before, "fds of this process leaked by the sandbox"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from agentrl import Limits, Sandbox, SandboxError, Status
-from conftest import BOX_UID_BASE, SESSION_MARK, ZYGOTE_MARK, _cmdline, status_ids, why
+from conftest import BOX_UID_BASE, SESSION_MARK, WARM_MARK, _cmdline, status_ids, why
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_the_runs_init_is_out_of_reach_and_takes_leftovers_down(warm_sb: Sandbox
     assert warm_sb.run_python("print(1)").ok
 
 
-def _zygotes() -> list[int]:
+def _warm_interpreters() -> list[int]:
     found = []
     for p in os.listdir("/proc"):
         if not p.isdigit():
@@ -220,7 +220,7 @@ def _zygotes() -> list[int]:
         if (
             ids
             and BOX_UID_BASE <= ids[0][0] < BOX_UID_BASE + 4096
-            and ZYGOTE_MARK in _cmdline(int(p))
+            and WARM_MARK in _cmdline(int(p))
         ):
             found.append(int(p))
     return found
@@ -235,7 +235,7 @@ def test_a_killed_interpreter_is_replaced() -> None:
         )
         t.start()
         time.sleep(0.5)
-        mine = [p for p in _zygotes() if os.getppid() != p]
+        mine = [p for p in _warm_interpreters() if os.getppid() != p]
         assert mine, "no warm interpreter found on the host"
         for p in mine:
             with contextlib.suppress(ProcessLookupError):

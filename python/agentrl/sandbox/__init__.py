@@ -6,8 +6,8 @@
   :class:`Status`, and :class:`Session` / :class:`Snapshot` (a work dir kept across runs).
 * ``args``: the argument checks every entry point shares (both backends, the pool, the envs).
 * ``layout``: where an interpreter's installation appears in a box.
-* ``warm``: the warm interpreter's bootstrap (the Rust core's *zygote*: the process that
-  forks each warm run).
+* ``warm``: the warm interpreter's bootstrap (the process that forks each warm run; its Rust
+  side is ``agentrl_sandbox::warm``).
 * ``closing``: boxes and pools still open at interpreter exit are closed.
 * ``rootless``: ``agentrl rootless``, boxes without root (subordinate ids, a delegated cgroup).
 """

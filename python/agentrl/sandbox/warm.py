@@ -1,11 +1,12 @@
-"""The warm interpreter's bootstrap (the "zygote" of the warm-Python fast path).
+"""The warm interpreter's bootstrap (the Rust core's ``agentrl_sandbox::warm``: the process
+that forks each warm run).
 
 It runs inside a box, started once per slot as ``python -c BOOTSTRAP`` with the sandbox's
 own environment (so ``sys.flags`` and all start-up state are what ``python __main__.py`` gets
 from that environment; the sandbox refuses one whose code paths reach a writable bind), as
 root of its own user namespace (an unprivileged host uid). It loads agentrl's extension module from
 where the sandbox bound it, imports the configured modules, and then serves requests on
-fd 3 in a loop written in Rust (``_zygote_serve``): for each one it starts a new pid namespace
+fd 3 in a loop written in Rust (``_warm_serve``): for each one it starts a new pid namespace
 with a tiny init as pid 1 and forks a child into it as pid 2; the child isolates itself (new
 mount namespace, fresh tmpfs, its own ``/proc``, the box user, no capabilities,
 ``no_new_privs``, seccomp, every fd but 0/1/2 closed), returns from the loop and runs
@@ -30,7 +31,7 @@ import json
 __all__ = ["bootstrap_argv"]
 
 _SOURCE = r"""
-# _agentrl_zygote (what the tests find the warm interpreters on the host by)
+# _agentrl_warm (what the tests find the warm interpreters on the host by)
 import os, sys
 # sys.path[0] of `-c` is the working directory ("/" here): nothing is imported from it.
 if not getattr(sys.flags, "safe_path", False):
@@ -209,7 +210,7 @@ for name, text in PRELOAD:
     exec(compile(text, mod.__file__, "exec"), mod.__dict__)
 allowed = _agentrl_closed(sys.modules)
 import atexit, gc
-core._zygote_init()
+core._warm_init()
 # Warm what every run would otherwise build afresh in its own copy of the heap: the
 # compiler's AST types (made on the first compile()).
 compile("pass", "<warm>", "exec", dont_inherit=True)
@@ -233,14 +234,14 @@ if after_fork_code is not None and threading.active_count() == 1:
 ctl = 3
 # Last: the supervisor takes what this interpreter holds now as the baseline that each
 # run's memory is counted above.
-core._zygote_trim()
-core._zygote_send(ctl, b"R", [])
+core._warm_trim()
+core._warm_send(ctl, b"R", [])
 # The request loop is in Rust (each line of Python here would copy pages into every
 # run): it returns only in a run, set up, with the environment to install (None: this
 # one's). Before each fork it flushes the output (not to be written again by the run)
 # and freezes the heap: a collection in a run would touch, and so copy, every page of it.
 try:
-    env = core._zygote_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze], own_env)
+    env = core._warm_serve(ctl, [sys.stdout.flush, sys.stderr.flush, gc.freeze], own_env)
 except EOFError:
     os._exit(0)
 if after_fork_code is not None:

@@ -62,7 +62,7 @@ impl PySandbox {
             max_concurrency,
             degraded,
             cgroup_parent,
-            warm: warm.map(|(argv, core_module, timeout)| sb::zygote::WarmConfig {
+            warm: warm.map(|(argv, core_module, timeout)| sb::warm::WarmConfig {
                 argv,
                 core_module,
                 start_timeout: std::time::Duration::from_secs_f64(timeout.clamp(1.0, 3600.0)),
@@ -194,7 +194,7 @@ impl PySession {
     }
 }
 
-// ---- Used only inside a warm interpreter (see agentrl-sandbox's `zygote` module). ----
+// ---- Used only inside a warm interpreter (see agentrl-sandbox's `warm` module). ----
 
 fn borrow(fd: i32) -> PyResult<BorrowedFd<'static>> {
     if fd < 0 {
@@ -235,14 +235,14 @@ fn _host_id_ranges() -> PyResult<((u32, u32), (u32, u32))> {
 
 /// Compiles the seccomp policies before the first fork.
 #[pyfunction]
-fn _zygote_init() {
-    sb::zygote::interpreter_init();
+fn _warm_init() {
+    sb::warm::interpreter_init();
 }
 
 /// Returns the free pages of the heap to the kernel (last, before the interpreter says ready).
 #[pyfunction]
-fn _zygote_trim() {
-    sb::zygote::release_free_heap();
+fn _warm_trim() {
+    sb::warm::release_free_heap();
 }
 
 /// The warm interpreter, as the request loop sees it.
@@ -251,7 +251,7 @@ struct Warm<'py> {
     before_fork: Vec<Bound<'py, PyAny>>,
 }
 
-impl sb::zygote::Interpreter for Warm<'_> {
+impl sb::warm::Interpreter for Warm<'_> {
     fn before_fork(&mut self) {
         // The bootstrap's callables (flush the output, freeze the heap); a failure only
         // costs what that step was for.
@@ -286,13 +286,13 @@ impl sb::zygote::Interpreter for Warm<'_> {
     }
 }
 
-/// The warm interpreter's request loop (see agentrl-sandbox's `zygote::serve`), calling each
+/// The warm interpreter's request loop (see agentrl-sandbox's `warm::serve`), calling each
 /// of `before_fork` before each fork. It returns only in a run, set up, with the environment
 /// to install, or None when that is `own_env` (the interpreter's, in order); in the
 /// interpreter it raises `EOFError` at end of file. (It imports nothing: a module it imported
 /// would be one more for every run to remove.)
 #[pyfunction]
-fn _zygote_serve(
+fn _warm_serve(
     py: Python<'_>,
     fd: i32,
     before_fork: Vec<Bound<'_, PyAny>>,
@@ -306,12 +306,12 @@ fn _zygote_serve(
                 .iter()
                 .map(|(k, v)| format!("{k}={v}").into_bytes())
                 .collect();
-            sb::zygote::encode_env(own.iter().map(|e| e.as_slice()))
+            sb::warm::encode_env(own.iter().map(|e| e.as_slice()))
         }
         Err(_) => Vec::new(),
     };
     let mut warm = Warm { py, before_fork };
-    match sb::zygote::serve(sock, &mut warm, &own) {
+    match sb::warm::serve(sock, &mut warm, &own) {
         Ok(Some(env)) => Ok(env),
         Ok(None) => Err(pyo3::exceptions::PyEOFError::new_err("no more requests")),
         Err(e) => Err(SandboxError::new_err(e.to_string())),
@@ -320,7 +320,7 @@ fn _zygote_serve(
 
 /// Sends one message with fds.
 #[pyfunction]
-fn _zygote_send(fd: i32, data: &[u8], fds: Vec<i32>) -> PyResult<()> {
+fn _warm_send(fd: i32, data: &[u8], fds: Vec<i32>) -> PyResult<()> {
     if fds.len() > 8 {
         return Err(PyValueError::new_err("at most 8 fds per message"));
     }
@@ -367,10 +367,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_host, m)?)?;
     m.add_function(wrap_pyfunction!(_cgroup_default_parent, m)?)?;
     m.add_function(wrap_pyfunction!(_host_id_ranges, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_init, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_send, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_serve, m)?)?;
-    m.add_function(wrap_pyfunction!(_zygote_trim, m)?)?;
+    m.add_function(wrap_pyfunction!(_warm_init, m)?)?;
+    m.add_function(wrap_pyfunction!(_warm_send, m)?)?;
+    m.add_function(wrap_pyfunction!(_warm_serve, m)?)?;
+    m.add_function(wrap_pyfunction!(_warm_trim, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

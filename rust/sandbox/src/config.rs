@@ -46,7 +46,7 @@ pub struct SandboxConfig {
     /// slot's warm interpreter).
     pub host_id_base: u32,
     /// The warm-interpreter fast path, if enabled.
-    pub warm: Option<crate::zygote::WarmConfig>,
+    pub warm: Option<crate::warm::WarmConfig>,
 }
 
 impl Default for SandboxConfig {

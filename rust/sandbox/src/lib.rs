@@ -36,7 +36,7 @@
 //! init, so its own signals, `abort()` and `SIGXFSZ` behave as anywhere else.
 //!
 //! ## Fast paths
-//! * [`zygote`]: a warm Python interpreter per slot, forked once for each `run_python` into
+//! * [`warm`]: a warm Python interpreter per slot, forked once for each `run_python` into
 //!   fresh pid and mount namespaces with the same containment (pid 1 there is a tiny idle
 //!   init it starts with a vfork and exec; the run is pid 2).
 //! * [`session`]: a persistent work dir (an overlay of frozen layers) for multi-turn agents,
@@ -64,7 +64,7 @@ pub mod supervise;
 pub mod sys;
 pub mod tee;
 pub mod verdict;
-pub mod zygote;
+pub mod warm;
 
 pub use config::{Bind, RunRequest, SandboxConfig};
 pub use error::{Error, Result};

@@ -200,7 +200,7 @@ impl Template {
         // The warm interpreter's copy of the extension module (copied, not bound: a bind would
         // show its host path in the box's mountinfo).
         if let Some(module) = &layout.core_module {
-            let rel_path = rel(Path::new(crate::zygote::CORE_MODULE_IN_BOX));
+            let rel_path = rel(Path::new(crate::warm::CORE_MODULE_IN_BOX));
             make_parents(d, rel_path).map_err(err("creating /.agentrl".into()))?;
             write_file_at(d, rel_path, module, 0o755)
                 .map_err(err("copying the extension module".into()))?;

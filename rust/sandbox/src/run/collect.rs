@@ -13,7 +13,7 @@ use super::watch::Watched;
 use crate::cgroup;
 use crate::sandbox::{Prepared, Slot};
 use crate::supervise;
-use crate::zygote;
+use crate::warm;
 
 /// What the collection phase gives.
 pub(super) struct Ended {
@@ -48,9 +48,9 @@ pub(super) fn collect(
     // A warm run's interpreter reaps the program and then its init: once it has reported,
     // nothing of the run is left to touch its files. It waits (allocating nothing) until
     // the files are freed below.
-    let was_warm = matches!(live.reaper, Reaper::Zygote);
+    let was_warm = matches!(live.reaper, Reaper::WarmInterpreter);
     let warm_exit = match live.reaper {
-        Reaper::Zygote => Some(zygote::wait_exit(slot)),
+        Reaper::WarmInterpreter => Some(warm::wait_exit(slot)),
         Reaper::Wait4(_) => None,
     };
     // Collect the files and free the run's file system before anything else: its pages stay
@@ -99,17 +99,17 @@ pub(super) fn collect(
             }
             exit
         }
-        (Reaper::Zygote, Some(Ok(exit))) => {
-            if zygote::release(slot).is_err() {
-                zygote::discard(slot);
+        (Reaper::WarmInterpreter, Some(Ok(exit))) => {
+            if warm::release(slot).is_err() {
+                warm::discard(slot);
             }
             exit
         }
-        (Reaper::Zygote, other) => {
+        (Reaper::WarmInterpreter, other) => {
             // The interpreter died (a run that filled the slot's memory can take it down
             // with it), killing the run with it. It is replaced for the next run; this run's
             // verdict stands only if the supervisor or the memory limit ended it.
-            zygote::discard(slot);
+            warm::discard(slot);
             if killed.is_none() && !oom_in(placed.cgroup(slot)) {
                 return Err(match other {
                     Some(Err(e)) => e,

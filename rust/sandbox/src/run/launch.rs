@@ -1,6 +1,6 @@
 //! The launch phase ([`launch`]): the box, up to the start of the program. A cold run is a
 //! clone of the slot thread ([`clone_box`], also how a slot starts its warm interpreter), a
-//! warm one a fork of the slot's warm interpreter (`crate::zygote::launch`); what comes back
+//! warm one a fork of the slot's warm interpreter (`crate::warm::launch`); what comes back
 //! is a [`Live`] box, or the caller's own mistake (no such program or directory) as a verdict.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -18,7 +18,7 @@ use crate::sandbox::{Prepared, Shared, Slot};
 use crate::spawn::{self, ChildPlan, Step};
 use crate::supervise;
 use crate::verdict::ExecResult;
-use crate::zygote;
+use crate::warm;
 
 /// What the launch phase gives.
 pub(super) enum Launched {
@@ -81,7 +81,7 @@ pub(super) fn launch(
     // The status pipe's write end is handed over: the launch closes our copy, so that end of
     // file on it means "exec happened".
     let launched = if run.warm {
-        zygote::launch(
+        warm::launch(
             shared,
             slot,
             run,
@@ -104,7 +104,7 @@ pub(super) fn launch(
     match launched {
         Err(e) => {
             if run.warm {
-                zygote::discard(slot);
+                warm::discard(slot);
             }
             Err(e)
         }
@@ -128,7 +128,7 @@ pub(crate) enum Reaper {
     /// Our own clone child.
     Wait4(libc::pid_t),
     /// A child of the slot's warm interpreter, which reports the status.
-    Zygote,
+    WarmInterpreter,
 }
 
 /// A box that has reached `execve` (or the start of the user's code, on the warm path).
@@ -169,7 +169,7 @@ pub(crate) struct BoxSpec<'a> {
     /// `uid_map`/`gid_map` contents.
     pub id_map: String,
     /// For the warm interpreter: its control socket (becomes fd 3); it keeps root in the box.
-    pub zygote_control: Option<BorrowedFd<'a>>,
+    pub warm_control: Option<BorrowedFd<'a>>,
     /// For a session step: the overlay to attach at `/work`.
     pub work_mount: Option<BorrowedFd<'a>>,
     /// Host uid that owns the box's user namespace: the kernel charges the box's per-user
@@ -198,7 +198,7 @@ pub(crate) fn clone_box(
 ) -> Result<Cloned, Cause> {
     let (sync_r, sync_w) = pipe().map_err(Cause::io("pipe"))?;
     // The warm interpreter's control socket becomes fd 3: the status pipe must not be there.
-    let status_w = if spec.zygote_control.is_some() && status_w.as_raw_fd() <= 3 {
+    let status_w = if spec.warm_control.is_some() && status_w.as_raw_fd() <= 3 {
         // SAFETY: F_DUPFD_CLOEXEC on a valid fd returns a new fd we own.
         let fd = unsafe { libc::fcntl(status_w.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
         if fd < 0 {
@@ -229,7 +229,7 @@ pub(crate) fn clone_box(
         argv: &argv_ptrs,
         envp: &env_ptrs,
         filter: &shared.filter,
-        zygote_control: spec.zygote_control.map(|f| f.as_raw_fd()).unwrap_or(-1),
+        warm_control: spec.warm_control.map(|f| f.as_raw_fd()).unwrap_or(-1),
         work_mount_fd: spec.work_mount.map(|f| f.as_raw_fd()).unwrap_or(-1),
         stack2_top: slot.stack2.top(),
         init_path: &slot.init_path,
@@ -340,13 +340,13 @@ fn launch_cold(
         // program is the box user on the first (or on the session's).
         id_map: format!(
             "0 {} 1\n{BOX_ID} {} 1\n",
-            slot.zygote_host_id,
+            slot.warm_host_id,
             run.session
                 .as_ref()
                 .map(|(_, id)| *id)
                 .unwrap_or(slot.host_id)
         ),
-        zygote_control: None,
+        warm_control: None,
         work_mount: run.session.as_ref().map(|(m, _)| m.as_fd()),
         owner: run
             .session

@@ -14,7 +14,7 @@
 
 use crate::sandbox::{Prepared, Shared, Slot};
 use crate::verdict::ExecResult;
-use crate::zygote;
+use crate::warm;
 
 mod channels;
 mod collect;
@@ -73,7 +73,7 @@ fn start(shared: &Shared, slot: &mut Slot, run: &Prepared) -> Result<(), Cause> 
         return Err("the run was cancelled before it started".into());
     }
     if run.warm {
-        zygote::ensure(shared, slot)?;
+        warm::ensure(shared, slot)?;
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use super::error::Cause;
 use super::thread_cpu_ns;
 use crate::cgroup;
 use crate::sandbox::{Prepared, Shared, Slot};
-use crate::zygote;
+use crate::warm;
 
 /// Where a run is placed.
 pub(super) struct Placement {
@@ -31,13 +31,22 @@ impl Placement {
 /// run's cgroup (its own, or the slot's) the run's limits and resets its figures.
 pub(super) fn place(shared: &Shared, slot: &mut Slot, run: &Prepared) -> Result<Placement, Cause> {
     let l = &run.limits;
-    if !run.warm && slot.zygote.as_ref().is_some_and(|z| !zygote::is_alive(z)) {
-        zygote::discard(slot);
+    if !run.warm
+        && slot
+            .interpreter
+            .as_ref()
+            .is_some_and(|z| !warm::is_alive(z))
+    {
+        warm::discard(slot);
     }
     // A live warm interpreter holds memory and a pid in the slot's cgroup whichever kind of
     // run comes next: that is the slot's baseline, added to the run's limits and taken off
     // its peak, so that a cold run after a warm one gets the same limits as in a fresh slot.
-    let baseline = slot.zygote.as_ref().map(|z| z.baseline_memory).unwrap_or(0);
+    let baseline = slot
+        .interpreter
+        .as_ref()
+        .map(|z| z.baseline_memory)
+        .unwrap_or(0);
     let mut own_cg = run_cgroup(shared, slot, run)?;
     if let Some(cg) = &mut own_cg {
         cg.set_limits(Some(l.memory_bytes), Some(l.max_pids))
@@ -50,7 +59,7 @@ pub(super) fn place(shared: &Shared, slot: &mut Slot, run: &Prepared) -> Result<
     if let Some(cg) = slot.cgroup.as_mut().filter(|_| own_cg.is_none()) {
         // Extra pids: on cgroup v1 the slot thread is a member; the warm interpreter is one.
         let extra = u64::from(shared.cgroup_version == Some(cgroup::Version::V1))
-            + u64::from(slot.zygote.is_some());
+            + u64::from(slot.interpreter.is_some());
         cg.set_limits(Some(l.memory_bytes + baseline), Some(l.max_pids + extra))
             .map_err(Cause::cgroup("cgroup limits"))?;
         cg.prepare_run().map_err(Cause::cgroup("cgroup reset"))?;

@@ -15,7 +15,7 @@ use crate::mounts::{CgroupView, ChildPaths, Template};
 use crate::run::run_in_slot;
 use crate::spawn::ChildStack;
 use crate::verdict::ExecResult;
-use crate::zygote::Zygote;
+use crate::warm::WarmInterpreter;
 
 /// Adds a slot (up to `max_concurrency`). `wait`: until it is ready, returning its set-up
 /// error (the first slot, made by [`Sandbox::new`](super::Sandbox::new)). Otherwise the
@@ -82,8 +82,8 @@ pub(crate) struct Slot {
     /// Host uid/gid of the box user of this slot.
     pub host_id: u32,
     /// Host uid/gid of the slot's warm interpreter (root of its user namespace).
-    pub zygote_host_id: u32,
-    pub zygote: Option<Zygote>,
+    pub warm_host_id: u32,
+    pub interpreter: Option<WarmInterpreter>,
     /// Work done between runs, off the callers' critical path.
     pub between: crate::run::Between,
     _ids: crate::ids::Claim,
@@ -113,7 +113,7 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
     let mut slot = slot;
     if shared.warm_asked.load(Ordering::Relaxed) {
         // A failure here is reported by the first warm run, which tries again.
-        let _ = crate::zygote::ensure(&shared, &mut slot);
+        let _ = crate::warm::ensure(&shared, &mut slot);
     }
     loop {
         let job = {
@@ -133,12 +133,12 @@ fn slot_main(shared: Arc<Shared>, index: usize, ready: std::sync::mpsc::Sender<R
                 q = guard;
                 if timed_out.timed_out()
                     && slot
-                        .zygote
+                        .interpreter
                         .as_ref()
-                        .is_some_and(|z| !crate::zygote::is_alive(z))
+                        .is_some_and(|z| !crate::warm::is_alive(z))
                 {
                     // Reap a warm interpreter that died while the slot was idle.
-                    slot.zygote = None;
+                    slot.interpreter = None;
                 }
             }
         };
@@ -263,8 +263,8 @@ fn init_slot(shared: &Shared, index: usize) -> Result<Slot> {
         init_path: CString::new(crate::init::PATH).expect("no NUL"),
         cgroup,
         host_id,
-        zygote_host_id: host_id + 1,
-        zygote: None,
+        warm_host_id: host_id + 1,
+        interpreter: None,
         between: Default::default(),
         _ids: claim,
         _template: template,

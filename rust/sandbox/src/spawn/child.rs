@@ -153,7 +153,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                 0
             )
         );
-        if p.zygote_control < 0 {
+        if p.warm_control < 0 {
             step!(
                 p,
                 Step::BindProcSys,
@@ -271,7 +271,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         }
         // Close (not only mark close-on-exec) every other inherited fd: the host may hold more
         // fds than the box's RLIMIT_NOFILE, and the seccomp listener needs a low free number.
-        close_all_but([p.status_write, p.listener_sock, p.zygote_control]);
+        close_all_but([p.status_write, p.listener_sock, p.warm_control]);
         for (res, lim) in p.rlimits {
             step!(
                 p,
@@ -289,7 +289,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         }
 
         // 5. Identity, and the program's own process.
-        if p.zygote_control >= 0 {
+        if p.warm_control >= 0 {
             // A warm interpreter stays root of its user namespace (an unprivileged host id)
             // and keeps its capabilities there; it only runs agentrl's own bootstrap.
             step!(p, Step::Setgroups, syscall3(libc::SYS_setgroups, 0, 0, 0));
@@ -306,7 +306,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                     0
                 )
             );
-            let fd = p.zygote_control as usize;
+            let fd = p.warm_control as usize;
             if fd == 3 {
                 step!(
                     p,

@@ -59,7 +59,7 @@ pub struct ChildPlan<'a> {
     /// fd 3 (its control socket), it stays root of its user namespace with its capabilities,
     /// gets no seccomp filter, and its `/proc` stays fully visible (so that its children can
     /// mount their own).
-    pub zygote_control: RawFd,
+    pub warm_control: RawFd,
     /// `-1`, or a detached mount to attach at `/work` instead of the run tmpfs's `work/`.
     pub work_mount_fd: RawFd,
     /// Top of the second stack, for the program's own process (pid 2).

@@ -116,7 +116,7 @@ pub(super) unsafe fn program_tail(p: &ChildPlan<'_>) -> ! {
         );
 
         // 7. Seccomp, last (not for the warm interpreter: its children install it).
-        if p.zygote_control < 0 {
+        if p.warm_control < 0 {
             let listener = match p.filter.install() {
                 Ok(fd) => fd,
                 Err(e) => report(p.status_write, Step::Seccomp, e),

@@ -1,4 +1,4 @@
-//! The host side: starting a slot's warm interpreter ([`Zygote`]) in a box of the slot, asking
+//! The host side: starting a slot's warm interpreter ([`WarmInterpreter`]) in a box of the slot, asking
 //! it for runs over its control socket and collecting their exits.
 
 use std::ffi::CString;
@@ -18,7 +18,7 @@ use crate::supervise::{self, Exit};
 const MAX_REQUEST: usize = 8 << 20;
 
 /// A slot's warm interpreter.
-pub struct Zygote {
+pub struct WarmInterpreter {
     pid: libc::pid_t,
     pidfd: OwnedFd,
     ctl: OwnedFd,
@@ -28,7 +28,7 @@ pub struct Zygote {
     log: OwnedFd,
 }
 
-impl Drop for Zygote {
+impl Drop for WarmInterpreter {
     fn drop(&mut self) {
         run::kill(self.pidfd.as_fd());
         supervise::reap(self.pid);
@@ -36,7 +36,7 @@ impl Drop for Zygote {
 }
 
 /// Whether the interpreter is still running.
-pub(crate) fn is_alive(z: &Zygote) -> bool {
+pub(crate) fn is_alive(z: &WarmInterpreter) -> bool {
     let mut p = libc::pollfd {
         fd: z.pidfd.as_raw_fd(),
         events: libc::POLLIN,
@@ -48,21 +48,21 @@ pub(crate) fn is_alive(z: &Zygote) -> bool {
 
 /// Makes sure the slot has a live warm interpreter.
 pub(crate) fn ensure(shared: &Shared, slot: &mut Slot) -> Result<(), Cause> {
-    if slot.zygote.as_ref().is_some_and(is_alive) {
+    if slot.interpreter.as_ref().is_some_and(is_alive) {
         return Ok(());
     }
-    slot.zygote = None;
+    slot.interpreter = None;
     let z = start(shared, slot)?;
-    slot.zygote = Some(z);
+    slot.interpreter = Some(z);
     Ok(())
 }
 
 /// Kills and forgets the slot's warm interpreter (after it misbehaved).
 pub(crate) fn discard(slot: &mut Slot) {
-    slot.zygote = None;
+    slot.interpreter = None;
 }
 
-fn start(shared: &Shared, slot: &mut Slot) -> Result<Zygote, Cause> {
+fn start(shared: &Shared, slot: &mut Slot) -> Result<WarmInterpreter, Cause> {
     let warm = shared
         .config
         .warm
@@ -101,8 +101,8 @@ fn start(shared: &Shared, slot: &mut Slot) -> Result<Zygote, Cause> {
         env: &shared.base_env,
         cwd: &cwd,
         rlimits: &rlimits,
-        id_map: format!("0 {} 1\n{BOX_ID} {} 1\n", slot.zygote_host_id, slot.host_id),
-        zygote_control: Some(ctl_child.as_fd()),
+        id_map: format!("0 {} 1\n{BOX_ID} {} 1\n", slot.warm_host_id, slot.host_id),
+        warm_control: Some(ctl_child.as_fd()),
         work_mount: None,
         owner: slot.host_id,
         cgroup: slot.cgroup.as_ref(),
@@ -127,7 +127,7 @@ fn start(shared: &Shared, slot: &mut Slot) -> Result<Zygote, Cause> {
             .into())
         }
     };
-    let mut z = Zygote {
+    let mut z = WarmInterpreter {
         pid,
         pidfd,
         ctl,
@@ -209,7 +209,7 @@ pub(crate) fn launch(
     let mut attempts = 0;
     let (pidfd, initfd) = loop {
         attempts += 1;
-        let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+        let z = slot.interpreter.as_ref().ok_or("no warm interpreter")?;
         let gone = match fdpass::send(z.ctl.as_fd(), &payload, &send) {
             Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
                 return Err(format!(
@@ -288,7 +288,7 @@ pub(crate) fn launch(
         mnt_ns: None,
         pidfd,
         kill: Some(initfd),
-        reaper: run::Reaper::Zygote,
+        reaper: run::Reaper::WarmInterpreter,
         listener,
     }))
 }
@@ -302,7 +302,7 @@ fn finish(slot: &mut Slot) {
 
 /// Lets the interpreter go on once the run's file system is freed (see [`report_exit`](super::reap::report_exit)).
 pub(crate) fn release(slot: &Slot) -> Result<(), Cause> {
-    let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+    let z = slot.interpreter.as_ref().ok_or("no warm interpreter")?;
     fdpass::send(z.ctl.as_fd(), b"!", &[])
         .map_err(|e| format!("the warm interpreter is gone: {e}").into())
 }
@@ -313,7 +313,7 @@ pub(crate) fn release(slot: &Slot) -> Result<(), Cause> {
 /// the supervisor has freed the run's file system, and an allocation before that would get
 /// the interpreter itself OOM-killed.
 pub(crate) fn wait_exit(slot: &Slot) -> Result<Exit, Cause> {
-    let z = slot.zygote.as_ref().ok_or("no warm interpreter")?;
+    let z = slot.interpreter.as_ref().ok_or("no warm interpreter")?;
     fdpass::send(z.ctl.as_fd(), b"?", &[])
         .map_err(|e| format!("the warm interpreter is gone: {e}"))?;
     match fdpass::recv(z.ctl.as_fd(), Some(Duration::from_secs(30))) {
