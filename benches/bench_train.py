@@ -42,9 +42,9 @@ from agentrl.evaluation.rewards import RewardConfig, shape
 from agentrl.policy import GPTConfig, LocalBackend, Policy, SamplingParams
 from agentrl.rollout.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
 from agentrl.rollout.scheduler import RolloutScheduler, SchedulerConfig
+from agentrl.train.families import split_tasks, task_stream, warm_start_data
 from agentrl.train.job import STOP, TaskEnv
 from agentrl.train.sft import SFTConfig, supervised_warm_start
-from agentrl.train.tasks import split_tasks, task_stream, warm_start_data
 from agentrl.train.trainer import GRPOConfig, GRPOTrainer, train_on_scheduler
 
 RESULTS = Path(__file__).with_name("results_train.md")

@@ -35,8 +35,8 @@ from agentrl.train import (
 )
 from agentrl.train.checkpoint import get_rng_state
 from agentrl.train.config import settings
+from agentrl.train.families import all_tasks, task_stream, warm_start_data
 from agentrl.train.plot import plot_run
-from agentrl.train.tasks import all_tasks, task_stream, warm_start_data
 from agentrl.train.trainer import train_on_scheduler
 
 if sys.version_info >= (3, 11):

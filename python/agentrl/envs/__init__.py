@@ -19,8 +19,8 @@ from agentrl.envs.base import (
     trim_middle,
 )
 from agentrl.envs.code import CodeEnv, CodeEnvConfig, CodeRepairConfig, CodeRepairEnv
+from agentrl.envs.records import coerce_task, task_from_fields
 from agentrl.envs.shell import ShellEnv, ShellEnvConfig, ShellTask
-from agentrl.envs.tasks import coerce_task, task_from_fields
 
 __all__ = [
     "CodeEnv",

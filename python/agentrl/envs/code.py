@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentrl.envs.base import StepResult, TextEnv, action_text, check_field, trim_middle
-from agentrl.envs.tasks import coerce_task
+from agentrl.envs.records import coerce_task
 
 if TYPE_CHECKING:
     from agentrl.evaluation import Evaluator, Judgement, Task

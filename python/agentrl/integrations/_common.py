@@ -31,7 +31,7 @@ class Scored:
 
 def task_table(tasks: Mapping[str, Any] | Iterable[Any] | None) -> dict[str, Task]:
     """``task_id -> task`` from a mapping or an iterable of tasks (or their records)."""
-    from agentrl.envs.tasks import coerce_task
+    from agentrl.envs.records import coerce_task
 
     if tasks is None:
         return {}

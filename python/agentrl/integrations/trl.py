@@ -21,7 +21,7 @@ import ast
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentrl.envs.tasks import coerce_task
+from agentrl.envs.records import coerce_task
 from agentrl.integrations._common import Scored, Scorer, task_table
 
 if TYPE_CHECKING:

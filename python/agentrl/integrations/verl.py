@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentrl.envs.base import RewardMasked, StepResult
-from agentrl.envs.tasks import coerce_task
+from agentrl.envs.records import coerce_task
 from agentrl.integrations._common import Scored, Scorer, set_shared_scorer, shared_scorer
 
 if TYPE_CHECKING:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from agentrl.train.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
+from agentrl.train.families import CodeTask, all_tasks, split_tasks
 from agentrl.train.grpo import aggregate, group_advantages, k3_kl, policy_loss
 from agentrl.train.job import evaluate_pass_rate, run_job
 from agentrl.train.sft import SFTConfig, supervised_warm_start
-from agentrl.train.tasks import CodeTask, all_tasks, split_tasks
 from agentrl.train.trainer import GRPOConfig, GRPOTrainer, collect_sequences, train_on_scheduler
 
 __all__ = [

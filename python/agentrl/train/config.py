@@ -223,7 +223,7 @@ class TrainConfig:
         if self.d_model % self.n_head:
             raise ValueError("TrainConfig.n_head must divide d_model")
         if self.families is not None:
-            from agentrl.train.tasks import FAMILIES
+            from agentrl.train.families import FAMILIES
 
             names = [f.strip() for f in self.families.split(",") if f.strip()]
             bad = sorted(set(names) - set(FAMILIES))

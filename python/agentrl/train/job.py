@@ -27,9 +27,9 @@ import torch
 
 from agentrl.train.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
+from agentrl.train.families import CodeTask, all_tasks, split_tasks, task_stream, warm_start_data
 from agentrl.train.progress import MetricsLog, ProgressView
 from agentrl.train.sft import supervised_warm_start
-from agentrl.train.tasks import CodeTask, all_tasks, split_tasks, task_stream, warm_start_data
 from agentrl.train.trainer import GRPOTrainer, train_on_scheduler
 
 __all__ = ["TaskEnv", "evaluate_pass_rate", "run_job"]
