@@ -128,8 +128,8 @@ def test_each_public_name_is_its_rooms_own() -> None:
 
 def test_import_agentrl_loads_no_heavy_module() -> None:
     # `import agentrl` stays cheap: the pool, the rollout scheduler, evaluation, policy and
-    # train load on first use, and with them asyncio, concurrent.futures, logging, subprocess
-    # and torch (benches/bench_import.py measures the time; this checks what is loaded, which
+    # train load on first use, and with them asyncio, concurrent.futures, json, logging,
+    # subprocess and torch (benches/bench_import.py measures the time; this checks what is loaded, which
     # does not depend on the machine's speed).
     import subprocess
 
@@ -139,6 +139,7 @@ def test_import_agentrl_loads_no_heavy_module() -> None:
     ).stdout.split()
     heavy = {
         "asyncio",
+        "json",
         "concurrent.futures",
         "logging",
         "subprocess",

@@ -26,8 +26,6 @@ bootstrap below the program's module frame (``sys._getframe().f_back``, ``inspec
 
 from __future__ import annotations
 
-import json
-
 __all__ = ["bootstrap_argv"]
 
 _SOURCE = r"""
@@ -288,6 +286,8 @@ def bootstrap_argv(
             compile(text, f"<agentrl-preload:{name}>", "exec")
         except SyntaxError as e:
             raise ValueError(f"preload: {name!r} does not compile: {e}") from None
+    import json  # here, not at import agentrl: only a warm sandbox's start needs it
+
     source = (
         _SOURCE.replace("CORE_PATH", json.dumps(core_path))
         .replace("PREIMPORTS", json.dumps(list(preimports)))
