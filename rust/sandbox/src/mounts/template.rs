@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::cgroup_view::CgroupView;
 use super::etc::{loopback_hosts, EtcItem};
-use super::fs::{
-    make_parents, mkdirat, open_dir_at, open_path, rel, rel_path, symlinkat, write_file_at,
-};
+use super::fs::{open_dir_at, open_path, rel, rel_path, symlinkat, write_file_at, DirsMade};
 use super::layout::{Entry, Layout};
 use super::sys::{
     attach, clone_tree, new_tmpfs, set_attrs, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC,
@@ -97,6 +95,7 @@ impl Template {
         let rootdir =
             open_dir_at(root.as_fd(), b".").map_err(err("opening the root tmpfs".into()))?;
         let d = rootdir.as_fd();
+        let mut dirs = DirsMade::default();
         for name in [
             "dev",
             "proc",
@@ -112,7 +111,8 @@ impl Template {
             "dev/shm",
             "dev/pts",
         ] {
-            mkdirat(d, name.as_bytes(), 0o755).map_err(err(format!("mkdir /{name}")))?;
+            dirs.mkdir(d, name.as_bytes())
+                .map_err(err(format!("mkdir /{name}")))?;
         }
         for (t, l) in [
             ("/proc/self/fd", "dev/fd"),
@@ -136,12 +136,13 @@ impl Template {
         }
         for (fd, target, is_dir) in &clones {
             let r = rel(target);
-            make_parents(d, r).map_err(err(format!(
+            dirs.parents(d, r).map_err(err(format!(
                 "creating the mount point {}",
                 target.display()
             )))?;
             if *is_dir {
-                mkdirat(d, r, 0o755).map_err(err(format!("mkdir {}", target.display())))?;
+                dirs.mkdir(d, r)
+                    .map_err(err(format!("mkdir {}", target.display())))?;
             } else {
                 write_file_at(d, r, b"", 0o644)
                     .map_err(err(format!("creating {}", target.display())))?;
@@ -165,7 +166,8 @@ impl Template {
         for (rel_path, item) in &layout.etc_files {
             let p = Path::new("etc").join(rel_path);
             let pb = p.as_os_str().as_bytes();
-            make_parents(d, pb).map_err(err(format!("mkdir for /{}", p.display())))?;
+            dirs.parents(d, pb)
+                .map_err(err(format!("mkdir for /{}", p.display())))?;
             match item {
                 EtcItem::Data(data) => {
                     write_file_at(d, pb, data, 0o644)
@@ -176,7 +178,8 @@ impl Template {
                         .map_err(err(format!("symlink /{}", p.display())))?;
                 }
                 EtcItem::Dir => {
-                    mkdirat(d, pb, 0o755).map_err(err(format!("mkdir /{}", p.display())))?;
+                    dirs.mkdir(d, pb)
+                        .map_err(err(format!("mkdir /{}", p.display())))?;
                 }
             }
         }
@@ -187,7 +190,8 @@ impl Template {
         }
         // The box's init (see `crate::init`).
         let init_rel = rel(Path::new(crate::init::PATH));
-        make_parents(d, init_rel).map_err(err("creating /.agentrl".into()))?;
+        dirs.parents(d, init_rel)
+            .map_err(err("creating /.agentrl".into()))?;
         write_file_at(d, init_rel, &crate::init::elf(), 0o755)
             .map_err(err("writing the init".into()))?;
         write_file_at(
@@ -201,7 +205,8 @@ impl Template {
         // show its host path in the box's mountinfo).
         if let Some(module) = &layout.core_module {
             let rel_path = rel(Path::new(crate::warm::CORE_MODULE_IN_BOX));
-            make_parents(d, rel_path).map_err(err("creating /.agentrl".into()))?;
+            dirs.parents(d, rel_path)
+                .map_err(err("creating /.agentrl".into()))?;
             write_file_at(d, rel_path, module, 0o755)
                 .map_err(err("copying the extension module".into()))?;
         }
