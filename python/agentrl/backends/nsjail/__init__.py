@@ -84,9 +84,9 @@ Modules
 =======
 
 ``binary`` finds nsjail; ``kafel`` compiles the seccomp policy; ``ids`` allocates host ids;
-``cgroups`` makes the sandbox's and each run's cgroups; ``staging`` holds the private mount
-namespace; ``mounts`` plans the box's file system and ``/etc``; ``files`` writes the input files
-and collects the output ones; ``boxinit`` is the wrapper and init every jail starts with;
+``cgroups`` tells nsjail about the sandbox's and each run's cgroups (which the Rust core makes
+and reads); ``staging`` holds the private mount namespace; ``mounts`` plans the box's file
+system and ``/etc``; ``files`` writes the input files and collects the output ones; ``boxinit`` is the wrapper and init every jail starts with;
 ``capture`` keeps the output and parses nsjail's log; ``runloop`` watches a run and makes its
 verdict; ``backend`` is the backend :class:`agentrl.Sandbox` delegates to
 (:class:`~agentrl.sandbox.backend.Backend`); ``sandbox`` is :class:`NsjailSandbox`, the facade

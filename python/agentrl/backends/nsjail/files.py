@@ -8,7 +8,13 @@ import os
 import stat
 import tempfile
 
-from agentrl.backends.nsjail.cgroups import _read
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def _relative_parts(field: str, p: str) -> list[str]:

@@ -21,13 +21,38 @@ use super::files::{
 use super::placement::{own_v2_placement, Placement};
 use super::slot::{probe_v2_peak, Baseline, Slot, OOM_V1, OOM_V1_FAILCNT, OOM_V2};
 use super::{
-    CgroupError, PeakMemory, Version, BASE_PREFIX, CPU, DEFAULT_ROOT, MEM, PIDS, V1_CONTROLLERS,
-    V2_OPTIONAL, V2_REQUIRED,
+    CgroupError, PeakMemory, Version, BASE_PREFIX, CPU, DEFAULT_ROOT, MEM, NSJAIL_BASE_PREFIX,
+    PIDS, V1_CONTROLLERS, V2_OPTIONAL, V2_REQUIRED,
 };
 
-/// Makes sure the children of v2 cgroup `dir` get the required (and available optional)
+/// What a manager's cgroups are for: the native backend's slots, or the nsjail backend's
+/// runs ([`Manager::for_nsjail`]), whose base is named and set up as that backend's always
+/// was (`agentrl-nsjail-<pid>-<n>`, only the required v2 controllers, no stale removal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    Native,
+    Nsjail,
+}
+
+impl Mode {
+    fn base_prefix(self) -> &'static str {
+        match self {
+            Mode::Native => BASE_PREFIX,
+            Mode::Nsjail => NSJAIL_BASE_PREFIX,
+        }
+    }
+
+    fn optional(self) -> &'static [&'static str] {
+        match self {
+            Mode::Native => &V2_OPTIONAL,
+            Mode::Nsjail => &[],
+        }
+    }
+}
+
+/// Makes sure the children of v2 cgroup `dir` get the required (and available `optional`)
 /// controllers, writing `cgroup.subtree_control` only where something is missing.
-fn ensure_controllers(dir: &Path, fake: bool) -> Result<(), CgroupError> {
+fn ensure_controllers(dir: &Path, fake: bool, optional: &[&str]) -> Result<(), CgroupError> {
     let avail_text = read_path(&dir.join("cgroup.controllers"))?;
     let avail: Vec<&str> = avail_text.split_whitespace().collect();
     for r in V2_REQUIRED {
@@ -50,8 +75,9 @@ fn ensure_controllers(dir: &Path, fake: bool) -> Result<(), CgroupError> {
         .into_iter()
         .filter(|c| !enabled.contains(c))
         .collect();
-    let missing_opt: Vec<&str> = V2_OPTIONAL
-        .into_iter()
+    let missing_opt: Vec<&str> = optional
+        .iter()
+        .copied()
         .filter(|c| avail.contains(c) && !enabled.contains(c))
         .collect();
     let write = |list: &[&str]| {
@@ -93,13 +119,18 @@ fn ensure_controllers(dir: &Path, fake: bool) -> Result<(), CgroupError> {
     })
 }
 
-/// Creates `agentrl-<pid>-<n>` under every parent (same name in each), picking a fresh `n`
-/// when the name is taken.
-fn make_base(parents: &[PathBuf], fake: bool, version: Version) -> Result<BaseDirs, CgroupError> {
+/// Creates `<prefix><pid>-<n>` (`agentrl-<pid>-<n>`, see [`Mode`]) under every parent (same
+/// name in each), picking a fresh `n` when the name is taken.
+fn make_base(
+    parents: &[PathBuf],
+    fake: bool,
+    version: Version,
+    prefix: &str,
+) -> Result<BaseDirs, CgroupError> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     for _ in 0..1000 {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{BASE_PREFIX}{}-{n}", std::process::id());
+        let name = format!("{prefix}{}-{n}", std::process::id());
         let mut guard = DirGuard {
             dirs: Vec::new(),
             fake,
@@ -166,7 +197,9 @@ pub struct Manager {
     pub(super) parents: Vec<PathBuf>,
     base: Arc<BaseDirs>,
     /// Hierarchy index (into `parents` / `base.dirs`) per controller `[memory, pids, cpuacct]`.
-    ctl: [usize; 3],
+    pub(super) ctl: [usize; 3],
+    /// Where each hierarchy is mounted (v2: the root), indexed like `parents`.
+    pub(super) mounts: Vec<PathBuf>,
 }
 
 impl Manager {
@@ -194,14 +227,25 @@ impl Manager {
         self_cgroup: &str,
         mountinfo: &dyn Fn() -> String,
     ) -> Result<Manager, CgroupError> {
+        Self::build_for(Mode::Native, root, parent, self_cgroup, mountinfo)
+    }
+
+    pub(super) fn build_for(
+        mode: Mode,
+        root: &Path,
+        parent: Option<&Path>,
+        self_cgroup: &str,
+        mountinfo: &dyn Fn() -> String,
+    ) -> Result<Manager, CgroupError> {
         if root.join("cgroup.controllers").is_file() {
-            Self::build_v2(root, parent, self_cgroup, mountinfo)
+            Self::build_v2(mode, root, parent, self_cgroup, mountinfo)
         } else {
-            Self::build_v1(root, parent, self_cgroup, mountinfo)
+            Self::build_v1(mode, root, parent, self_cgroup, mountinfo)
         }
     }
 
     fn build_v2(
+        mode: Mode,
         root: &Path,
         parent: Option<&Path>,
         self_cgroup: &str,
@@ -232,7 +276,7 @@ impl Manager {
                 }
             },
         };
-        Self::setup_v2(root, parent_dir.clone(), fake).map_err(|mut e| {
+        Self::setup_v2(mode, root, parent_dir.clone(), fake).map_err(|mut e| {
             if let Some(own) = fallback_from {
                 e.what = format!(
                     "this process's cgroup {} also holds other processes and is not delegated, \
@@ -247,7 +291,12 @@ impl Manager {
         })
     }
 
-    fn setup_v2(root: &Path, parent_dir: PathBuf, fake: bool) -> Result<Manager, CgroupError> {
+    fn setup_v2(
+        mode: Mode,
+        root: &Path,
+        parent_dir: PathBuf,
+        fake: bool,
+    ) -> Result<Manager, CgroupError> {
         // Enable controllers along the path root ..= parent_dir.
         let canon = |p: &Path| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let (croot, cparent) = (canon(root), canon(&parent_dir));
@@ -259,27 +308,30 @@ impl Manager {
             ))
         })?;
         let mut dir = croot.clone();
-        ensure_controllers(&dir, fake)?;
+        ensure_controllers(&dir, fake, mode.optional())?;
         for c in rest.components() {
             dir.push(c);
-            ensure_controllers(&dir, fake)?;
+            ensure_controllers(&dir, fake, mode.optional())?;
         }
         let base = Arc::new(make_base(
             std::slice::from_ref(&parent_dir),
             fake,
             Version::V2,
+            mode.base_prefix(),
         )?);
-        ensure_controllers(&base.dirs[0], fake)?;
+        ensure_controllers(&base.dirs[0], fake, mode.optional())?;
         Ok(Manager {
             version: Version::V2,
             fake,
             parents: vec![parent_dir],
             base,
             ctl: [0; 3],
+            mounts: vec![root.to_path_buf()],
         })
     }
 
     fn build_v1(
+        mode: Mode,
         root: &Path,
         parent: Option<&Path>,
         self_cgroup: &str,
@@ -338,13 +390,14 @@ impl Manager {
             }
             parents.push(p);
         }
-        let base = make_base(&parents, fake, Version::V1)?;
+        let base = make_base(&parents, fake, Version::V1, mode.base_prefix())?;
         Ok(Manager {
             version: Version::V1,
             fake,
             parents,
             base: Arc::new(base),
             ctl,
+            mounts: mounts.into_iter().map(|(m, _, _)| m).collect(),
         })
     }
 
@@ -381,7 +434,7 @@ impl Manager {
         self.create(name, index)
     }
 
-    fn create(&self, name: String, index: usize) -> Result<Slot, CgroupError> {
+    pub(super) fn create(&self, name: String, index: usize) -> Result<Slot, CgroupError> {
         let fake = self.fake;
         let mut guard = DirGuard {
             dirs: Vec::new(),

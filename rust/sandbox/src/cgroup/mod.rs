@@ -11,7 +11,8 @@
 //!
 //! Layout: `detect` (hierarchies, own cgroup, hidden kernel features), `placement` (where the
 //! base goes on v2), `manager` ([`Manager`]: the base and its controllers), `stale` (removal of
-//! bases left behind), `slot` ([`Slot`]: limits and per-run figures), `dirs` (directory
+//! bases left behind), `slot` ([`Slot`]: limits and per-run figures), `nsjail` (the nsjail
+//! backend's mode: [`JailRun`], a run's cgroup below nsjail's own), `dirs` (directory
 //! removal), `files` (small file and system call helpers), `fake` (fake trees for tests).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -25,6 +26,7 @@ mod dirs;
 mod fake;
 mod files;
 mod manager;
+mod nsjail;
 mod placement;
 mod slot;
 mod stale;
@@ -33,6 +35,7 @@ mod tests;
 
 pub use detect::{hidden, HIDE_ENV};
 pub use manager::Manager;
+pub use nsjail::{detect_version, JailRun, JailUsage};
 pub use placement::default_v2_parent_dir;
 pub use slot::Slot;
 
@@ -41,6 +44,9 @@ pub const DEFAULT_ROOT: &str = "/sys/fs/cgroup";
 
 /// Prefix of the private base cgroup's name: `agentrl-<pid>-<n>`.
 const BASE_PREFIX: &str = "agentrl-";
+/// Prefix of the nsjail backend's base cgroup: `agentrl-nsjail-<pid>-<n>` (never taken for a
+/// stale `agentrl-<pid>-<n>`: `nsjail` is no pid).
+const NSJAIL_BASE_PREFIX: &str = "agentrl-nsjail-";
 
 /// On v2, the leaf cgroup the processes of our own cgroup move to when the sandbox's base must
 /// go in that cgroup (see [`Manager::new`]). Not a base name (`agentrl-<pid>-<n>`), so stale
@@ -155,4 +161,5 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Slot>();
     assert_send_sync::<Manager>();
+    assert_send_sync::<JailRun>();
 };

@@ -125,7 +125,7 @@ impl Slot {
         })
     }
 
-    fn write_raw(&self, c: usize, name: &CStr, value: &[u8]) -> io::Result<()> {
+    pub(super) fn write_raw(&self, c: usize, name: &CStr, value: &[u8]) -> io::Result<()> {
         let f = open_at(
             self.fds[self.ctl[c]].as_fd(),
             name,
@@ -134,7 +134,7 @@ impl Slot {
         write_once(&f, value, self.fake)
     }
 
-    fn write(&self, c: usize, name: &CStr, value: &str) -> Result<(), CgroupError> {
+    pub(super) fn write(&self, c: usize, name: &CStr, value: &str) -> Result<(), CgroupError> {
         self.write_raw(c, name, value.as_bytes())
             .map_err(|e| self.write_error(c, name, value, e))
     }
@@ -156,7 +156,12 @@ impl Slot {
         )
     }
 
-    fn read_u64(&self, c: usize, name: &CStr, key: Option<&str>) -> Result<u64, CgroupError> {
+    pub(super) fn read_u64(
+        &self,
+        c: usize,
+        name: &CStr,
+        key: Option<&str>,
+    ) -> Result<u64, CgroupError> {
         let f = self.open(c, name, libc::O_RDONLY)?;
         let mut buf = [0u8; 1024];
         self.parse_file(c, name, &f, &mut buf, key)
@@ -334,7 +339,7 @@ impl Slot {
         }
     }
 
-    fn cpu_raw(&self) -> Result<u64, CgroupError> {
+    pub(super) fn cpu_raw(&self) -> Result<u64, CgroupError> {
         let mut buf = [0u8; 2048];
         Ok(match self.version {
             Version::V2 => self

@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{get, put, TempDir, FAKE_PID, NO_MI};
 use crate::cgroup::{Manager, PeakMemory, Version};
 
-fn fake_v1_root(with_pids: bool) -> TempDir {
+pub(super) fn fake_v1_root(with_pids: bool) -> TempDir {
     let t = TempDir::new();
     let mut hier = vec!["memory", "cpu,cpuacct"];
     if with_pids {

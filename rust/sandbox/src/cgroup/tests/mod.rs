@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 mod fake_v1;
 mod fake_v2;
+mod nsjail;
 mod pure;
 mod real;
 

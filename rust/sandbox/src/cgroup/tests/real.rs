@@ -11,6 +11,15 @@ use crate::cgroup::dirs::remove_tree;
 use crate::cgroup::files::try_lock_dir;
 use crate::cgroup::{Manager, Slot, Version, DEFAULT_ROOT, PIDS, V1_CONTROLLERS, V1_UNLIMITED};
 
+/// Moves `pid` into each cgroup of `dirs` (their `cgroup.procs`).
+fn move_into(dirs: &[PathBuf], pid: libc::pid_t) -> Result<(), String> {
+    for d in dirs {
+        fs::write(d.join("cgroup.procs"), pid.to_string())
+            .map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    Ok(())
+}
+
 fn real_manager() -> Option<Manager> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || std::env::var_os("AGENTRL_SKIP_CGROUP_TESTS").is_some() {
@@ -24,6 +33,14 @@ fn real_manager() -> Option<Manager> {
 /// exits with its result. `body` runs in a fork of a multi-threaded process, so it may only
 /// use async-signal-safe calls (no allocation).
 fn spawn_in(slot: &Slot, body: fn() -> i32) -> libc::pid_t {
+    spawn_with(|pid| slot.attach(pid).map_err(|e| e.to_string()), body)
+}
+
+/// [`spawn_in`], the child attached by `attach` (given its pid) instead.
+fn spawn_with(
+    attach: impl FnOnce(libc::pid_t) -> Result<(), String>,
+    body: fn() -> i32,
+) -> libc::pid_t {
     let mut p = [0; 2];
     // SAFETY: `p` is a valid array of two ints for pipe2 to fill.
     assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
@@ -39,7 +56,7 @@ fn spawn_in(slot: &Slot, body: fn() -> i32) -> libc::pid_t {
             libc::_exit(body());
         }
     }
-    let attached = slot.attach(pid);
+    let attached = attach(pid);
     // SAFETY: writing one byte from a valid buffer to our pipe, then closing our fds.
     unsafe {
         libc::close(p[0]);
@@ -421,4 +438,65 @@ fn real_stale_bases_are_reaped_locked_and_young_ones_kept() {
     for d in held.iter().chain(&young) {
         assert!(remove_tree(d, false, false));
     }
+}
+
+/// The nsjail backend's mode on the real host: an OOM in nsjail's child cgroup is counted by
+/// the run even once that child is gone (v1: through the eventfd), and the kill spares
+/// nsjail, which sits in the run's v1 cpuacct cgroup, while it takes the jail below.
+#[test]
+fn real_nsjail_run_counts_an_oom_below_it_and_spares_nsjail() {
+    if real_manager().is_none() {
+        return;
+    }
+    let m = Manager::for_nsjail(None).unwrap();
+    let mut run = m.create_jail_run(0).unwrap();
+    run.set_limits(32 << 20, 64).unwrap();
+    let v1 = run.version() == Version::V1;
+    // nsjail's child cgroup: in the memory and pids hierarchies (v1), below the run (v2); the
+    // jail's CPU time stays in the run's own v1 cpuacct cgroup, nsjail's.
+    let jail_dirs = |name: &str| -> Vec<PathBuf> {
+        let mut ds: Vec<PathBuf> = if v1 {
+            vec!["memory", "pids"]
+        } else {
+            vec!["memory"]
+        }
+        .into_iter()
+        .map(|c| run.dir(c).unwrap().join(name))
+        .collect();
+        ds.iter().for_each(|d| fs::create_dir(d).unwrap());
+        if v1 {
+            ds.push(run.dir("cpuacct").unwrap().to_path_buf());
+        }
+        ds
+    };
+
+    let oom_dirs = jail_dirs("NSJAIL.oom");
+    let victim = spawn_with(|pid| move_into(&oom_dirs, pid), touch_100mb);
+    assert_eq!(wait(victim), Err(libc::SIGKILL));
+    for d in oom_dirs.iter().filter(|d| d.ends_with("NSJAIL.oom")) {
+        fs::remove_dir(d).unwrap(); // as nsjail does once the jail is gone
+    }
+    let u = run.usage();
+    assert!(u.oom_kill.is_some_and(|n| n >= 1), "{u:?}");
+    assert!(u.peak.is_some_and(|p| p >= 30 << 20), "{u:?}");
+
+    let nsjail_dirs = [run.dir("cpuacct").unwrap().to_path_buf()];
+    let nsjail = v1.then(|| spawn_with(|pid| move_into(&nsjail_dirs, pid), sleep_long));
+    let jail_dirs = jail_dirs("NSJAIL.kill");
+    let jail = spawn_with(|pid| move_into(&jail_dirs, pid), sleep_long);
+    assert_eq!(run.kill_except(nsjail.unwrap_or(0)), 1);
+    assert_eq!(wait(jail), Err(libc::SIGKILL));
+    if let Some(nsjail) = nsjail {
+        // SAFETY: kill(2) with signal 0 only checks for existence.
+        assert_eq!(unsafe { libc::kill(nsjail, 0) }, 0, "nsjail was spared");
+        // SAFETY: kill(2) takes plain integers; `nsjail` is our own child.
+        unsafe { libc::kill(nsjail, libc::SIGKILL) };
+        assert_eq!(wait(nsjail), Err(libc::SIGKILL));
+    }
+    // nsjail's child cgroup left behind (nsjail killed) goes with the run.
+    let dirs: Vec<PathBuf> = ["memory", "pids", "cpuacct"]
+        .map(|c| run.dir(c).unwrap().to_path_buf())
+        .to_vec();
+    run.remove().unwrap();
+    assert!(dirs.iter().all(|d| !d.exists()), "{dirs:?}");
 }
