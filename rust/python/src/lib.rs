@@ -212,16 +212,6 @@ fn check_host() -> PyResult<()> {
     sb::preflight::check().map_err(to_py)
 }
 
-/// On a cgroup v2 host, the cgroup directory where a backend's cgroups go when the caller gave
-/// no parent (this process's own, its processes moved into a leaf where cgroup v2 requires
-/// it); `None` on cgroup v1.
-#[pyfunction]
-fn _cgroup_default_parent(py: Python<'_>) -> PyResult<Option<String>> {
-    py.detach(sb::cgroup::default_v2_parent_dir)
-        .map(|d| d.map(|p| p.to_string_lossy().into_owned()))
-        .map_err(|e| SandboxError::new_err(format!("cgroup placement: {e}")))
-}
-
 /// The host ids boxes may use in this process's user namespace, `(first, count)` for the
 /// native backend's slots and sessions and for the nsjail backend's runs (see
 /// `agentrl_sandbox::ids`: fixed ranges on a root host, parts of the subordinate ids in
@@ -365,7 +355,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(records::check_limits, m)?)?;
     m.add_function(wrap_pyfunction!(seccomp_policy, m)?)?;
     m.add_function(wrap_pyfunction!(check_host, m)?)?;
-    m.add_function(wrap_pyfunction!(_cgroup_default_parent, m)?)?;
     m.add_function(wrap_pyfunction!(_host_id_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(_warm_init, m)?)?;
     m.add_function(wrap_pyfunction!(_warm_send, m)?)?;
