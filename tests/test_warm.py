@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -364,6 +365,11 @@ def test_only_the_run_holds_passed_fds(warm_sb: Sandbox) -> None:
 
 def test_bad_pass_fds_are_refused(warm_sb: Sandbox) -> None:
     r, w = os.pipe()
+    os.close(w)
+    # A closed fd that no other thread can take meanwhile: fds are handed out lowest first,
+    # so the highest the soft limit allows stays free (a just-closed low one did not, once,
+    # in a full-suite run).
+    w = os.dup2(r, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1)
     os.close(w)
     try:
         for bad, exc, match in [
