@@ -30,6 +30,7 @@ from agentrl import ExecResult, Limits, Sandbox, Status
 from conftest import (
     DEFAULT_LIMITS,
     SESSION_MARK,
+    TIME_SCALE,
     WARM_MARK,
     host_procs_of_box_uids,
     native_runner,
@@ -331,9 +332,10 @@ def test_clone_parent_flood_is_reaped_as_it_goes(one: Sandbox, path: str) -> Non
     # 100 short-lived CLONE_PARENT children under a pids limit of 32: each is reaped when it
     # ends (by the cold run's init, by the warm interpreter), so their zombies do not pile up
     # until no process can be made.
+    # The times scale for slow machines (the 6.1 guest on a loaded host spent its 3 s of CPU).
     src = HOSTILE_PRELUDE + textwrap.dedent(
-        """
-        made, deadline = 0, time.monotonic() + 2.0
+        f"""
+        made, deadline = 0, time.monotonic() + {2.0 * TIME_SCALE}
         while made < 100 and time.monotonic() < deadline:
             pid = clone(0x8000)
             if pid == 0:
@@ -345,7 +347,8 @@ def test_clone_parent_flood_is_reaped_as_it_goes(one: Sandbox, path: str) -> Non
         print("made", made)
         """
     )
-    r = runner(one, path)(src, limits=HOSTILE_LIMITS)
+    limits = HOSTILE_LIMITS.replace(wall_time_s=3.0 * TIME_SCALE, cpu_time_s=3.0 * TIME_SCALE)
+    r = runner(one, path)(src, limits=limits)
     assert r.status == Status.OK and r.stdout == b"made 100\n", why(r)
     healthy(one, path)
     assert_no_box_procs()
