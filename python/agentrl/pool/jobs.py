@@ -132,6 +132,9 @@ class PoolJob:
     """Higher runs first."""
     deadline: float | None = None
     """Seconds from now by which the job must have started, or None."""
+    tag: Any = None
+    """What observers of the pool know of the job (language, trace context); only set when
+    the pool has observers, never read by the core."""
 
 
 def _schedule(

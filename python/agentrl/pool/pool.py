@@ -76,6 +76,9 @@ class SandboxPool(_JobPool):
       :class:`PoolFull` at once.
     * ``sandbox``: a :class:`Sandbox` to run on (not closed by the pool), or a mapping of
       :class:`Sandbox` keyword arguments for one the pool creates and closes.
+    * ``tracer``: an :class:`agentrl.observability.traces.Tracer` that records every job
+      (added with :meth:`add_observer`; metrics use
+      :func:`agentrl.observability.metrics.instrument`).
 
     Each job ends with exactly one outcome: ``completed`` (its :class:`ExecResult`),
     ``cancelled``, ``expired`` (its deadline passed before it started) or ``failed``. Job
@@ -98,6 +101,7 @@ class SandboxPool(_JobPool):
         backpressure: str = "block",
         block_timeout: float | None = None,
         sandbox: Sandbox | Mapping[str, Any] | None = None,
+        tracer: Any = None,
     ) -> None:
         if workers is None:
             workers = 2 * (os.cpu_count() or 1)
@@ -145,6 +149,8 @@ class SandboxPool(_JobPool):
                 self._sandbox.close()
             raise
         super().__init__(core, capacity, backpressure, block_timeout)
+        if tracer is not None:
+            self.add_observer(tracer)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -186,7 +192,11 @@ class SandboxPool(_JobPool):
         request = RunRequest(
             args, data, file_list(files), names, limits, cwd, env, warm=warm, pass_fds=fds
         )
-        return PoolJob(request, group, priority, deadline)
+        if not self._observers:
+            return PoolJob(request, group, priority, deadline)
+        from agentrl.observability.context import job_tag
+
+        return PoolJob(request, group, priority, deadline, job_tag(python, argv))
 
     def _job(self, job: Any, common: Mapping[str, Any]) -> PoolJob:
         """A ``submit_many``/``map`` entry: argv, Python source (str) or a mapping."""

@@ -1,0 +1,311 @@
+"""Metrics of agentrl (agentrl.observability.metrics): counts against known workloads, a real
+Prometheus server scraping /metrics, the shipped alert rules (promtool) and dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from agentrl import Limits, SandboxPool
+from conftest import TIME_SCALE
+
+prometheus_client = pytest.importorskip("prometheus_client")
+
+from agentrl.observability import asset_path, job_context  # noqa: E402
+from agentrl.observability import metrics as m  # noqa: E402
+
+N_OK, N_TIMEOUT, N_ERR = 6, 3, 2
+CHROOT = "import os\nos.makedirs('j', exist_ok=True)\ntry: os.chroot('j')\nexcept OSError: pass\n"
+SPIN = Limits(wall_time_s=1.0 * TIME_SCALE, cpu_time_s=0.3 * TIME_SCALE)
+
+
+def _scrape() -> str:
+    return prometheus_client.generate_latest(m.REGISTRY).decode()
+
+
+def _value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name{labels...}`` in exposition ``text`` (labels a subset)."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        head, _, val = line.rpartition(" ")
+        got = dict(re.findall(r'(\w+)="([^"]*)"', head))
+        if head.split("{")[0] == name and all(got.get(k) == v for k, v in labels.items()):
+            return float(val)
+    return None
+
+
+def _workload(pool: SandboxPool) -> None:
+    futs = [pool.submit_python(f"print({i})") for i in range(N_OK)]
+    futs += [pool.submit_python("while True: pass", limits=SPIN) for _ in range(N_TIMEOUT)]
+    futs += [pool.submit(["/bin/sh", "-c", "exit 3"]) for _ in range(N_ERR)]
+    futs.append(pool.submit_python(CHROOT))
+    for f in futs:
+        f.result(timeout=60 * TIME_SCALE)
+
+
+@pytest.fixture(scope="module")
+def loaded_pool():
+    with SandboxPool(workers=2) as pool:
+        jm = m.instrument(pool, "known")
+        _workload(pool)
+        yield pool, jm
+    m.unregister_stats("known")
+
+
+def test_counters_match_a_known_workload(loaded_pool) -> None:
+    pool, jm = loaded_pool
+    snap = jm.snapshot()
+    assert snap["submitted"] == {"python": N_OK + N_TIMEOUT + 1, "bash": N_ERR}
+    fin = snap["finished"]
+    assert fin[("ok", "python")] == N_OK + 1  # the chroot program handles its EPERM
+    assert fin[("timeout", "python")] == N_TIMEOUT
+    assert fin[("runtime_error", "bash")] == N_ERR
+    text = _scrape()
+    assert _value(text, "agentrl_jobs_finished_total", pool="known", status="timeout") == N_TIMEOUT
+    assert _value(text, "agentrl_jobs_finished_total", pool="known", status="ok") == N_OK + 1
+    assert (
+        _value(text, "agentrl_pool_jobs_submitted_total", pool="known") == pool.stats()["submitted"]
+    )
+    total = N_OK + N_TIMEOUT + N_ERR + 1
+    assert _value(text, "agentrl_pool_jobs_finished_total", pool="known", outcome="completed") == (
+        total
+    )
+    assert _value(text, "agentrl_job_limit_hits_total", pool="known", limit="cpu_time") == (
+        N_TIMEOUT
+    )
+    assert _value(text, "agentrl_job_run_seconds_count", pool="known", language="python") == (
+        N_OK + N_TIMEOUT + 1
+    )
+    # every timeout spent at least its CPU limit: the histogram's sum says so
+    assert _value(text, "agentrl_job_cpu_seconds_sum", pool="known", language="python") >= (
+        N_TIMEOUT * 0.3 * TIME_SCALE * 0.9
+    )
+    assert _value(text, "agentrl_job_cpu_seconds_bucket", pool="known", language="python",
+                  le="+Inf") == N_OK + N_TIMEOUT + 1  # fmt: skip
+    assert _value(text, "agentrl_pool_workers_alive", pool="known") == 2
+    assert _value(text, "agentrl_pool_jobs_queued", pool="known") == 0
+    # the refused chroot(2) is counted by name
+    assert _value(text, "agentrl_syscalls_refused_total", pool="known", syscall="chroot") == 1
+
+
+def test_language_comes_from_the_context_and_cardinality_is_bounded() -> None:
+    with SandboxPool(workers=1) as pool:
+        jm = m.instrument(pool, "ctx")
+        try:
+            with job_context(language="cpp", task_id="t1"):
+                pool.submit(["/bin/true"]).result(timeout=30 * TIME_SCALE)
+            pool.submit(["/bin/true-but-unknown-name-xyz"]).result(timeout=30 * TIME_SCALE)
+            pool.submit(["/usr/bin/python3.11", "-c", "0"]).result(timeout=30 * TIME_SCALE)
+        finally:
+            m.unregister_stats("ctx")
+    sub = jm.snapshot()["submitted"]
+    assert sub == {"cpp": 1, "other": 1, "python": 1}
+
+
+def test_scheduler_trainer_judge_and_generic_stats() -> None:
+    class Sched:
+        def stats(self):
+            return {"version": 3, "inflight": 5, "pending": 7, "waiting_generation": 2,
+                    "in_generation": 1, "in_env": 2, "output_queue": 4, "staleness_bound": 64,
+                    "generator_idle_fraction": 0.25, "episodes_finished": 11,
+                    "episodes_failed": 1, "groups_delivered": 2, "generate_calls": 9}  # fmt: skip
+
+    class Thing:
+        def stats(self):
+            return {"hosts": 3, "name": "x", "nested": {"a": 1}}
+
+    s, t = Sched(), Thing()
+    m.register_stats(s, "sched")
+    m.register_stats(t, "ray")
+    m.record_trainer_step({"step": 12, "reward_mean": 0.5, "tokens_per_s": 900.0,
+                           "generator_idle": 0.1, "bogus": "x"})  # fmt: skip
+    m.observe_judgement("timeout")
+    m.observe_judgement("timeout")
+    try:
+        text = _scrape()
+        assert _value(text, "agentrl_scheduler_generator_idle_ratio", scheduler="sched") == 0.25
+        assert _value(text, "agentrl_scheduler_groups_ready", scheduler="sched") == 4
+        assert _value(text, "agentrl_scheduler_episodes_finished_total", scheduler="sched",
+                      outcome="failed") == 1  # fmt: skip
+        assert _value(text, "agentrl_component_stat", component="ray", key="hosts") == 3
+        assert _value(text, "agentrl_trainer_step") == 12
+        assert _value(text, "agentrl_trainer_tokens_per_second") == 900
+        assert _value(text, "agentrl_judgements_total", error_class="timeout") >= 2
+    finally:
+        m.unregister_stats("sched")
+        m.unregister_stats("ray")
+    # an object that goes away is dropped, not kept alive
+    m.register_stats(Thing(), "gone")
+    assert _value(_scrape(), "agentrl_component_stat", component="gone") is None
+    with pytest.raises(TypeError, match="stats"):
+        m.register_stats(object(), "x")
+    with pytest.raises(ValueError, match="kind"):
+        m.register_stats(t, "x", kind="nope")
+
+
+def test_every_exposed_name_is_in_the_table(loaded_pool) -> None:
+    names = m.metric_names()
+    for line in _scrape().splitlines():
+        if line.startswith("agentrl_"):
+            assert line.split("{")[0].split(" ")[0] in names, line
+
+
+# ---- a real Prometheus server
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def metrics_server():
+    """/metrics of an ASGI app (asgi_app under MetricsMiddleware) served by uvicorn."""
+    uvicorn = pytest.importorskip("uvicorn")
+    starlette_apps = pytest.importorskip("starlette.applications")
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    async def hello(request):
+        return PlainTextResponse("hi")
+
+    app = starlette_apps.Starlette(
+        routes=[Route("/hello/{name}", hello), Mount("/metrics", app=m.asgi_app())]
+    )
+    port = _free_port()
+    cfg = uvicorn.Config(
+        m.MetricsMiddleware(app), host="127.0.0.1", port=port, log_level="error", lifespan="off"
+    )
+    server = uvicorn.Server(cfg)
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10 * TIME_SCALE
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started
+    yield port
+    server.should_exit = True
+    t.join(10)
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed")
+def test_prometheus_scrapes_and_answers_a_query(loaded_pool, metrics_server, tmp_path) -> None:
+    port = metrics_server
+    for name in ("a", "b", "c"):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/hello/{name}", timeout=5).read()
+    prom_port = _free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: agentrl\n    metrics_path: /metrics/\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+    )
+    proc = subprocess.Popen(
+        [shutil.which("prometheus"), f"--config.file={cfg}",
+         f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{prom_port}"
+        queries = {
+            'agentrl_jobs_finished_total{pool="known",status="timeout"}': N_TIMEOUT,
+            'sum(agentrl_jobs_finished_total{pool="known"})': N_OK + N_TIMEOUT + N_ERR + 1,
+            'agentrl_http_requests_total{route="/hello/{name}",code="200"}': 3,
+            'up{job="agentrl"}': 1,
+        }
+        got: dict[str, float] = {}
+        deadline = time.monotonic() + 30 * TIME_SCALE
+        while time.monotonic() < deadline and len(got) < len(queries):
+            assert proc.poll() is None, proc.stderr.read().decode()
+            for q in queries:
+                try:
+                    r = _get_json(f"{base}/api/v1/query?query={urllib.parse.quote(q)}")
+                except OSError:
+                    break  # not up yet
+                if r["status"] == "success" and r["data"]["result"]:
+                    got[q] = float(r["data"]["result"][0]["value"][1])
+            time.sleep(0.3)
+        assert got == queries
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        proc.stderr.close()
+
+
+# ---- the shipped assets
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
+def test_alert_rules_pass_promtool() -> None:
+    r = subprocess.run(
+        ["promtool", "check", "rules", asset_path("alerts.yml")], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS" in r.stdout
+
+
+def _metrics_in(expr: str) -> set[str]:
+    words = set(re.findall(r"\b(agentrl_[a-z_]+)\b", expr))
+    return words
+
+
+def test_dashboard_and_rules_reference_only_existing_metrics() -> None:
+    names = m.metric_names()
+    dash = json.loads(Path(asset_path("dashboard.json")).read_text())
+    assert dash["panels"] and dash["uid"]
+    ids, seen = set(), set()
+    for p in dash["panels"]:
+        assert p["id"] not in ids and p["title"] and p["targets"]
+        ids.add(p["id"])
+        for t in p["targets"]:
+            used = _metrics_in(t["expr"])
+            assert used, t["expr"]
+            assert used <= names, (p["title"], used - names)
+            seen |= used
+    # the dashboard shows the pool, scheduler, trainer and HTTP families
+    for fam in ("agentrl_jobs_finished_total", "agentrl_pool_jobs_queued",
+                "agentrl_scheduler_generator_idle_ratio", "agentrl_trainer_reward_mean",
+                "agentrl_http_requests_total"):  # fmt: skip
+        assert fam in seen
+    rules = Path(asset_path("alerts.yml")).read_text()
+    used = _metrics_in(rules)
+    assert used and used <= names, used - names
+    for alert in ("AgentrlSandboxErrorRate", "AgentrlPoolBacklog", "AgentrlGeneratorIdle"):
+        assert f"alert: {alert}" in rules
+
+
+def test_cli_prints_the_assets(capsys) -> None:
+    from agentrl.cli.main import main
+
+    assert main(["metrics", "dashboard"]) == 0
+    assert json.loads(capsys.readouterr().out)["uid"] == "agentrl-overview"
+    assert main(["metrics", "rules"]) == 0
+    assert "AgentrlPoolBacklog" in capsys.readouterr().out
+    assert main(["metrics", "names"]) == 0
+    assert "agentrl_jobs_finished_total" in capsys.readouterr().out.split()
+
+
+def test_start_http_server_serves_the_registry() -> None:
+    server = m.start_http_server(0)
+    try:
+        port = server.server_port
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        assert b"agentrl_http_requests_in_flight" in body
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(ValueError, match="port"):
+        m.start_http_server(70000)
