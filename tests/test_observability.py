@@ -309,3 +309,69 @@ def test_start_http_server_serves_the_registry() -> None:
         server.server_close()
     with pytest.raises(ValueError, match="port"):
         m.start_http_server(70000)
+
+
+# ---- the trainer: report_to, --metrics-port, traces in the run directory
+def test_train_reports_to_tensorboard_and_wandb_serves_metrics_and_traces(
+    tmp_path, monkeypatch
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    import argparse
+
+    import torch
+    from agentrl.cli.train import add_parser
+    from agentrl.observability.traces import search
+    from agentrl.train.config import SFTConfig, TrainConfig, config_from_args
+    from agentrl.train.job import run_job
+    from agentrl.train.progress import ProgressView
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    torch.set_num_threads(1)
+    p = argparse.ArgumentParser()
+    add_parser(p.add_subparsers(dest="command"))
+    a = p.parse_args(["train", "--metrics-port", "0", "--report-to", "tensorboard,wandb"])
+    assert config_from_args(a).metrics_port == 0
+    with pytest.raises(ValueError, match="report_to"):
+        TrainConfig(report_to="jsonl,csv")
+    with pytest.raises(ValueError, match="traces"):
+        TrainConfig(traces="xml")
+
+    scraped: list[bytes] = []
+    urls: list[str] = []
+
+    class View(ProgressView):
+        def message(self, text: str) -> None:
+            url = re.search(r"(http://\S+/metrics)", text)
+            if url:
+                urls.append(url.group(1))
+            elif urls and text.startswith("warm start:"):  # the pool has run: scrape now
+                scraped.append(urllib.request.urlopen(urls[0], timeout=5).read())
+
+    out = tmp_path / "run"
+    c = TrainConfig(
+        out_dir=str(out), threads=1, rl_threads=1, progress=False, families="arith",
+        sft=SFTConfig(steps=4, batch_size=8), steps=2, group_size=2, groups_per_step=2,
+        eval_every=0, eval_samples=1, final_eval_samples=1, sandbox_workers=2, n_layer=1,
+        d_model=32, n_head=2, report_to="jsonl,tensorboard,wandb", metrics_port=0,
+        traces="sqlite",
+    )  # fmt: skip
+    s = run_job(c, view=View(enabled=False))
+    assert s["steps"] == 2
+    assert scraped and b'agentrl_pool_workers{pool="train"} 2.0' in scraped[0]
+    assert b'agentrl_jobs_finished_total{language="python",pool="train"' in scraped[0]
+    text = _scrape()
+    assert _value(text, "agentrl_trainer_step") == 2
+    assert _value(text, "agentrl_jobs_finished_total", pool="train", status="ok") is not None
+    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in steps if r["event"] == "step"] == [1, 2]
+    assert "tokens_per_s" in steps[-3] or any("tokens_per_s" in r for r in steps)
+    (event_file,) = (out / "tensorboard").glob("events.out.tfevents.*")
+    assert event_file.stat().st_size > 200  # the config text and the step scalars
+    assert list((out / "wandb").glob("offline-run-*/run-*.wandb"))
+    jobs = list(search(out / "traces", "kind:job", limit=1000))
+    assert jobs and all(j["task_id"] for j in jobs)
+    assert any("episode" in j and "policy_version" in j for j in jobs)
+    assert list(search(out / "traces", "kind:judgement", limit=1))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 import itertools
@@ -43,6 +44,7 @@ from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any
 
+from agentrl.observability.context import job_context
 from agentrl.pool.engine import percentiles
 from agentrl.rollout.config import SchedulerConfig
 from agentrl.rollout.episode import Episode, EpisodeGroup, EpisodeStatus, Turn
@@ -309,8 +311,9 @@ class RolloutScheduler:
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if _is_async(fn):
             return await fn(*args)
-        if self.config.sync_env_in_thread:
-            return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        if self.config.sync_env_in_thread:  # in this context (job_context), as async steps
+            call = functools.partial(contextvars.copy_context().run, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(None, call)
         r = fn(*args)
         return await r if inspect.isawaitable(r) else r
 
@@ -329,7 +332,9 @@ class RolloutScheduler:
                 t0 = time.monotonic()
                 self._in_env += 1
                 try:
-                    out = await self._guard(ep, self._call(env.step, action))
+                    # the step's sandbox jobs carry the episode's ids (traces, metrics)
+                    with job_context(episode=ep.id, group=ep.group_id, policy_version=version):
+                        out = await self._guard(ep, self._call(env.step, action))
                 finally:
                     self._in_env -= 1
                 self._env_latency.append(time.monotonic() - t0)

@@ -203,6 +203,17 @@ class TrainConfig:
     """Sandbox pool workers; None: the pool's default."""
     eval_timeout: float = 3.0
     """Per-test timeout of the evaluator, seconds."""
+    report_to: str = "jsonl"
+    """Where the run's metrics go, comma-separated (as TRL's ``report_to``): ``jsonl``
+    (``metrics.jsonl``), ``tensorboard`` (event files under ``tensorboard/``), ``wandb``
+    (Weights & Biases; ``WANDB_MODE=offline`` keeps it local), or ``none``."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics (sandbox pool, scheduler, trainer) at
+    ``http://127.0.0.1:PORT/metrics`` during the run; 0: a free port (printed). None: off."""
+    traces: str = "jsonl"
+    """Record a trace of every sandbox run and judgement under ``traces/`` of the output
+    directory (``agentrl traces search --traces DIR``): ``jsonl``, ``sqlite`` (full-text
+    search) or ``none``."""
 
     # ---- the parts
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -222,6 +233,17 @@ class TrainConfig:
         check(self, lambda v: 0.0 < v <= 1.0, "in (0, 1]", "top_p")
         if self.d_model % self.n_head:
             raise ValueError("TrainConfig.n_head must divide d_model")
+        from agentrl.observability.report import check_report_to
+
+        check_report_to(self.report_to)
+        if self.traces not in ("jsonl", "sqlite", "none"):
+            raise ValueError(
+                f'TrainConfig.traces must be "jsonl", "sqlite" or "none", got {self.traces!r}'
+            )
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(
+                f"TrainConfig.metrics_port must be in [0, 65535], got {self.metrics_port}"
+            )
         if self.families is not None:
             from agentrl.train.families import FAMILIES
 

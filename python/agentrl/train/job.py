@@ -28,7 +28,7 @@ import torch
 from agentrl.train.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
 from agentrl.train.families import CodeTask, all_tasks, split_tasks, task_stream, warm_start_data
-from agentrl.train.progress import MetricsLog, ProgressView
+from agentrl.train.progress import ProgressView
 from agentrl.train.sft import supervised_warm_start
 from agentrl.train.trainer import GRPOTrainer, train_on_scheduler
 
@@ -118,6 +118,43 @@ def _seed_all(seed: int) -> None:
         pass
 
 
+class _Observability:
+    """The run's Prometheus endpoint (``metrics_port``) and its tracer (``traces``)."""
+
+    def __init__(self, c: TrainConfig, out: Path, view: ProgressView) -> None:
+        self.server = self.tracer = None
+        self.metrics: Any = None
+        if c.metrics_port is not None:
+            from agentrl.observability import metrics
+
+            self.metrics = metrics
+            self.server = metrics.start_http_server(c.metrics_port)
+            view.message(f"metrics at http://127.0.0.1:{self.server.server_port}/metrics")
+        if c.traces != "none":
+            from agentrl.observability.traces import Tracer
+
+            self.tracer = Tracer(out / "traces", sink=c.traces, name="train")
+
+    def instrument(self, obj: Any, name: str, kind: str = "pool") -> None:
+        if self.metrics is None:
+            return
+        if kind == "pool":
+            self.metrics.instrument(obj, name)
+        else:
+            self.metrics.register_stats(obj, name, kind)
+
+    def step(self, rec: dict[str, Any]) -> None:
+        if self.metrics is not None:
+            self.metrics.record_trainer_step(rec)
+
+    def close(self) -> None:
+        if self.tracer is not None:
+            self.tracer.close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
 def run_job(config: TrainConfig | None = None, *, view: ProgressView | None = None) -> dict:
     """Runs the main job; returns its summary (also written to ``summary.json``)."""
     c = config or TrainConfig()
@@ -134,7 +171,10 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
     out = _out_dir(c)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(c.to_dict(), indent=2) + "\n")
-    log = MetricsLog(out / "metrics.jsonl")
+    from agentrl.observability.report import RunReport
+
+    log = RunReport(out, c.report_to, c.to_dict())
+    obs = _Observability(c, out, view)
     _seed_all(c.seed)
     torch.set_num_threads(c.threads)
     families = None if c.families is None else [f.strip() for f in c.families.split(",")]
@@ -192,7 +232,8 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
             seed=seed,
         )
 
-    evaluator = Evaluator(workers=c.sandbox_workers, timeout=c.eval_timeout)
+    evaluator = Evaluator(workers=c.sandbox_workers, timeout=c.eval_timeout, tracer=obs.tracer)
+    obs.instrument(evaluator.pool, "train")
     try:
         # ---- (2) the warm start's held-out pass rate
         t0 = time.monotonic()
@@ -251,6 +292,7 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
                 "sandbox_runs_per_s": (jobs - last["jobs"]) / dt,
                 "generator_idle": min(1.0, max(0.0, (idle - last["idle"]) / dt)),
                 "elapsed_s": now - t_start,
+                "tokens_per_s": m.get("tokens", 0.0) / max(1e-9, m.get("update_s", 0.0)),
             }
             last.update(t=now, eps=eps, jobs=jobs, idle=idle)
             step = trainer.step
@@ -267,6 +309,7 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
                           held_out_fraction=ev["fraction"])  # fmt: skip
             history.append(rec)
             log.write("step", **rec)
+            obs.step({**rec, "step": step})
             view.update(
                 "grpo",
                 step,
@@ -303,6 +346,7 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
                 config=sched_cfg,
                 version=trainer.version,
             ) as sched:
+                obs.instrument(sched, "train", "scheduler")
                 await backend.aupdate_weights(trainer.weights(), trainer.version)
                 sched.feed(task_stream(train_tasks, seed=c.seed + trainer.step), c.group_size)
                 if remaining > 0:
@@ -335,6 +379,7 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
     finally:
         evaluator.close()
         train_ex.shutdown(wait=True)
+        obs.close()
 
     summary.update(
         final_pass_rate=final["pass_rate"],
