@@ -359,9 +359,13 @@ def test_progress_view_live_and_plain() -> None:
     s = io.StringIO()
     v = ProgressView(s, live=True)
     v.update("grpo", 1, 4, {"reward": 0.25, "gen idle": "40%"})
+    v.message("a line that stays")
     v.update("grpo", 2, 4, {"reward": 0.5, "gen idle": "30%"})
+    v.close()
     out = s.getvalue()
-    assert "\x1b[2F" in out and "reward 0.500" in out and "2/4" in out  # redrawn in place
+    # a rich live view: redrawn in place (cursor up, erase line), the fields in a table
+    assert "\x1b[1A" in out and "\x1b[2K" in out and "2/4" in out
+    assert "reward" in out and "0.500" in out and "a line that stays" in out
     s = io.StringIO()
     v = ProgressView(s, live=False)
     v.update("grpo", 1, 4, {"reward": 0.25}, force=True)

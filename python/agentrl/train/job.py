@@ -158,7 +158,11 @@ class _Observability:
 def run_job(config: TrainConfig | None = None, *, view: ProgressView | None = None) -> dict:
     """Runs the main job; returns its summary (also written to ``summary.json``)."""
     c = config or TrainConfig()
-    return asyncio.run(_run(c, view or ProgressView(enabled=c.progress)))
+    view = view or ProgressView(enabled=c.progress)
+    try:
+        return asyncio.run(_run(c, view))
+    finally:
+        view.close()
 
 
 async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
@@ -274,7 +278,7 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
             max_inflight=max(c.batch_episodes * (c.max_staleness + 1), c.group_size),
             batch_wait_s=0.005,
         )
-        last = {"t": time.monotonic(), "eps": 0, "jobs": 0, "idle": 0.0}
+        last = {"t": time.monotonic(), "eps": 0, "jobs": 0, "idle": 0.0, "bad": 0}
         latest: dict[str, Any] = {"held": first["pass_rate"]}
 
         async def on_step(m: dict[str, float], groups: list[Any]) -> None:
@@ -282,6 +286,8 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
             now = time.monotonic()
             dt = max(1e-9, now - last["t"])
             eps, jobs = st["episodes_finished"], st["pool"]["completed"]
+            # infrastructure failures: runs retried after a sandbox_error, jobs that failed
+            bad = st["pool"].get("retries", 0) + st["pool"].get("failed", 0)
             idle = st["generator_idle_fraction"] * st["elapsed_s"]
             turns = [e.turns[0] for g in groups for e in g.episodes if e.turns]
             passed = [bool(t.info.get("passed")) for t in turns if isinstance(t.info, dict)]
@@ -291,10 +297,11 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
                 "rollouts_per_s": (eps - last["eps"]) / dt,
                 "sandbox_runs_per_s": (jobs - last["jobs"]) / dt,
                 "generator_idle": min(1.0, max(0.0, (idle - last["idle"]) / dt)),
+                "sandbox_failure_rate": (bad - last["bad"]) / max(1, jobs - last["jobs"]),
                 "elapsed_s": now - t_start,
                 "tokens_per_s": m.get("tokens", 0.0) / max(1e-9, m.get("update_s", 0.0)),
             }
-            last.update(t=now, eps=eps, jobs=jobs, idle=idle)
+            last.update(t=now, eps=eps, jobs=jobs, idle=idle, bad=bad)
             step = trainer.step
             if (c.eval_every and step % c.eval_every == 0) and step < c.steps:
                 ev = await evaluate_pass_rate(
@@ -321,6 +328,7 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
                     "rollouts/s": rec["rollouts_per_s"],
                     "sandbox/s": rec["sandbox_runs_per_s"],
                     "gen idle": f"{100 * rec['generator_idle']:.0f}%",
+                    "sandbox fail": f"{100 * rec['sandbox_failure_rate']:.1f}%",
                     "stale": rec["staleness"],
                     "update": f"{rec['update_s']:.2f}s",
                 },

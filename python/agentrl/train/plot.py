@@ -30,7 +30,10 @@ def plot_run(
     use_matplotlib: bool | None = None,
 ) -> Path:
     """Writes the plot of ``history`` (per-update dicts with ``step`` and ``reward_mean``,
-    optionally ``batch_pass_rate``) and ``evals`` (``(step, held-out pass rate)``)."""
+    optionally ``batch_pass_rate``) and ``evals`` (``(step, held-out pass rate)``). Where
+    the records have ``elapsed_s`` and ``sandbox_runs_per_s`` / ``rollouts_per_s`` (as
+    ``agentrl train`` writes them), a second panel shows the sandbox and generation
+    throughput over the run's time (matplotlib only)."""
     path = Path(path)
     steps = [float(h["step"]) for h in history]
     reward = [float(h["reward_mean"]) for h in history]
@@ -50,7 +53,30 @@ def plot_run(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+        rates = [h for h in history if "elapsed_s" in h and "sandbox_runs_per_s" in h]
+        if rates:
+            fig, (ax, ax2) = plt.subplots(
+                2, 1, figsize=(7, 6.5), dpi=110, gridspec_kw={"height_ratios": [3, 2]}
+            )
+            t = [float(h["elapsed_s"]) for h in rates]
+            ax2.plot(t, [float(h["sandbox_runs_per_s"]) for h in rates], color="#2ca02c",
+                     label="sandbox runs/s")  # fmt: skip
+            ax2.plot(t, [float(h.get("rollouts_per_s", float("nan"))) for h in rates],
+                     color="#9467bd", label="rollouts/s (generation)")  # fmt: skip
+            ax2.set_xlabel("seconds since start")
+            ax2.set_ylabel("per second")
+            ax2.set_ylim(bottom=0)
+            ax2.grid(alpha=0.3)
+            if any("generator_idle" in h for h in rates):
+                ax3 = ax2.twinx()
+                ax3.plot(t, [100 * float(h.get("generator_idle", float("nan"))) for h in rates],
+                         color="#7f7f7f", ls="--", lw=1, label="generator idle %")  # fmt: skip
+                ax3.set_ylim(0, 100)
+                ax3.set_ylabel("generator idle %")
+                ax3.legend(loc="upper right", fontsize="small")
+            ax2.legend(loc="upper left", fontsize="small")
+        else:
+            fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
         ax.plot(steps, reward, color=[c / 255 for c in REWARD], label="reward (batch mean)")
         ax.plot(steps, batch_pass, color=[c / 255 for c in BATCH_PASS], label="pass rate (batch)")
         ax.plot(ex, ey, "o-", color=[c / 255 for c in HELD_OUT], lw=2, label="held-out pass rate")
