@@ -375,3 +375,23 @@ def test_train_reports_to_tensorboard_and_wandb_serves_metrics_and_traces(
     assert jobs and all(j["task_id"] for j in jobs)
     assert any("episode" in j and "policy_version" in j for j in jobs)
     assert list(search(out / "traces", "kind:judgement", limit=1))
+
+
+def test_observe_pool_is_one_call_for_a_service(tmp_path) -> None:
+    from agentrl.observability import observe_pool
+    from agentrl.observability.traces import search
+
+    with SandboxPool(workers=1) as pool:
+        tracer = observe_pool(pool, name="svc", traces=tmp_path, sink="sqlite")
+        try:
+            pool.submit_python("print('served')").result(timeout=30 * TIME_SCALE)
+        finally:
+            m.unregister_stats("svc")
+    tracer.close()
+    body, ctype = m.render()
+    assert ctype.startswith("text/plain") and b'status="ok"' in body
+    assert b'pool="svc"' in body
+    (rec,) = search(tmp_path, "served")
+    assert rec["trace_id"].startswith("svc-")
+    m.observe_http("GET", "/v1/models", 200, 0.01)
+    assert _value(_scrape(), "agentrl_http_requests_total", route="/v1/models", code="200") >= 1

@@ -18,9 +18,38 @@ Importing this package imports none of the optional dependencies.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from agentrl.observability.context import current_context, job_context
 
-__all__ = ["asset_path", "current_context", "job_context"]
+__all__ = ["asset_path", "current_context", "job_context", "observe_pool"]
+
+
+def observe_pool(
+    pool: Any,
+    *,
+    name: str = "default",
+    metrics: bool = True,
+    traces: str | os.PathLike[str] | None = None,
+    sink: str = "jsonl",
+) -> Any:
+    """One call for a service that owns a pool (``agentrl sandbox-server``, a trainer):
+    exposes its metrics under ``pool=name`` (``metrics``, needs ``prometheus_client``) and,
+    with ``traces`` (a directory), records every job there (``sink``: ``"jsonl"`` or
+    ``"sqlite"``). Returns the :class:`~agentrl.observability.traces.Tracer` (None without
+    ``traces``); close it after the pool."""
+    if metrics:
+        from agentrl.observability.metrics import instrument
+
+        instrument(pool, name)
+    if traces is None:
+        return None
+    from agentrl.observability.traces import Tracer
+
+    tracer = Tracer(traces, sink=sink, name=name)
+    pool.add_observer(tracer)
+    return tracer
 
 
 def asset_path(name: str) -> str:

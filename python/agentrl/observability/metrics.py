@@ -40,9 +40,11 @@ __all__ = [
     "asgi_app",
     "instrument",
     "metric_names",
+    "observe_http",
     "observe_judgement",
     "record_trainer_step",
     "register_stats",
+    "render",
     "start_http_server",
     "unregister_stats",
 ]
@@ -570,6 +572,20 @@ def start_http_server(port: int, addr: str = "127.0.0.1") -> Any:
         raise ValueError(f"port must be an int in [0, 65535], got {port!r}")
     server, _thread = _start(port, addr=addr, registry=REGISTRY)
     return server
+
+
+def render() -> tuple[bytes, str]:
+    """:data:`REGISTRY` in the Prometheus text format, and its Content-Type: for a server
+    that is not ASGI (``agentrl serve``'s own HTTP loop) to answer ``GET /metrics``."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def observe_http(method: str, route: str, code: int, seconds: float) -> None:
+    """Counts one HTTP request served by a server that is not ASGI (``route``: the route's
+    template, not the raw path)."""
+    _HTTP.observe(method, route, code, seconds)
 
 
 class _Http(Collector):
