@@ -395,3 +395,38 @@ def test_observe_pool_is_one_call_for_a_service(tmp_path) -> None:
     assert rec["trace_id"].startswith("svc-")
     m.observe_http("GET", "/v1/models", 200, 0.01)
     assert _value(_scrape(), "agentrl_http_requests_total", route="/v1/models", code="200") >= 1
+
+
+def test_outcomes_that_never_ran_are_counted_and_a_raising_observer_loses_nothing(
+    caplog,
+) -> None:
+    from agentrl.pool import JobExpired, JobFailed
+    from agentrl.pool.testing import _TestPool
+
+    class Broken:
+        def submitted(self, ids, items):
+            raise RuntimeError("observer bug")
+
+        def finished(self, outcomes):
+            raise RuntimeError("observer bug")
+
+    with _TestPool(workers=1, retries=1) as pool:
+        jm = m.instrument(pool, "fake")
+        pool.add_observer(Broken())
+        try:
+            ok = [pool.submit(_TestPool.NOOP, i) for i in range(5)]
+            bad = pool.submit(_TestPool.INFRA)
+            late = pool.submit(_TestPool.SLEEP, 200_000)
+            expired = pool.submit(_TestPool.NOOP, deadline=-1.0)
+            assert [f.result(timeout=30) for f in ok] == list(range(5))
+            with pytest.raises(JobFailed):
+                bad.result(timeout=30)
+            with pytest.raises(JobExpired):
+                expired.result(timeout=30)
+            late.result(timeout=30)
+        finally:
+            m.unregister_stats("fake")
+    fin = jm.snapshot()["finished"]
+    assert fin[("completed", "other")] == 6 and fin[("failed", "other")] == 1
+    assert fin[("expired", "other")] == 1
+    assert "observer bug" in caplog.text

@@ -392,10 +392,11 @@ class JobMetrics(Collector):
 
     def _count(self, o: Any, lang: str) -> None:
         r = o[2]
-        status = r.status.value if r is not None and o[1].value == "completed" else o[1].value
+        st = getattr(r, "status", None) if o[1].value == "completed" else None
+        status = o[1].value if st is None else st.value
         key = (status, lang)
         self.by_status[key] = self.by_status.get(key, 0) + 1
-        if r is None or o[1].value != "completed":
+        if st is None:  # not run, or not an ExecResult (a test pool's fake jobs)
             return
         self._observe("run", lang, LATENCY_BUCKETS, r.wall_time_s)
         self._observe("cpu", lang, LATENCY_BUCKETS, r.cpu_time_s)

@@ -41,6 +41,14 @@ _READER_BATCH = 4096
 """Most results one wake-up of an asyncio loop's reader handles (the rest re-arm the fd)."""
 
 
+def _log_observer_error(observer: Any, what: str) -> None:
+    import logging
+
+    logging.getLogger("agentrl.pool").exception(
+        "pool observer %r failed in %s (ignored)", observer, what
+    )
+
+
 def _close_fds(*fds: int) -> None:
     for fd in fds:
         os.close(fd)
@@ -224,8 +232,8 @@ class _JobPool:
         accepted: list[int] = []
         try:
             accepted = ids = self._core.submit_many(items)
-            for o in self._observers:
-                o.submitted(ids, items)
+            if self._observers:
+                self._notify("submitted", ids, items)
             return ids
         except (PoolFull, PoolClosed) as e:
             accepted = list(e.args[1]) if len(e.args) > 1 else []
@@ -273,8 +281,8 @@ class _JobPool:
         if self._converts:
             conv, done = self._convert, JobStatus.COMPLETED
             raw = [o if o[1] is not done else o._replace(result=conv(o[2])) for o in raw]
-        for ob in self._observers:
-            ob.finished(raw)
+        if self._observers:
+            self._notify("finished", raw)
         deliver = []
         with self._lock:
             if self._handlers or self._registering:
@@ -488,6 +496,15 @@ class _JobPool:
     def cancel_job(self, job_id: int) -> bool:
         """Cancels one job by id; true iff its outcome will be ``cancelled``."""
         return self._core.cancel(job_id)
+
+    def _notify(self, what: str, *args: Any) -> None:
+        """Calls every observer's ``what``; an observer that raises loses its own record,
+        never a job's outcome."""
+        for ob in self._observers:
+            try:
+                getattr(ob, what)(*args)
+            except Exception:
+                _log_observer_error(ob, what)
 
     def add_observer(self, observer: Any) -> None:
         """Adds an observer of this pool's jobs (:mod:`agentrl.observability`): its
