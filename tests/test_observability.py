@@ -430,3 +430,23 @@ def test_outcomes_that_never_ran_are_counted_and_a_raising_observer_loses_nothin
     assert fin[("completed", "other")] == 6 and fin[("failed", "other")] == 1
     assert fin[("expired", "other")] == 1
     assert "observer bug" in caplog.text
+
+
+def test_only_the_metrics_module_imports_prometheus_client() -> None:
+    import sys
+
+    code = (
+        "import sys, agentrl, agentrl.observability, agentrl.observability.traces, "
+        "agentrl.observability.report, agentrl.rollout\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "prometheus_client" not in out and "torch" not in out and "wandb" not in out
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", "import sys, agentrl.observability.metrics; "
+         "print(' '.join(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "prometheus_client" in out and "torch" not in out
