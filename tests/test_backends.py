@@ -17,6 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 uvloop = pytest.importorskip("uvloop")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("openai")
 
 from agentrl.policy import GPTConfig, Policy, SamplingParams  # noqa: E402
 from agentrl.policy.backends import (  # noqa: E402
@@ -25,7 +28,6 @@ from agentrl.policy.backends import (  # noqa: E402
     LocalBackend,
     OpenAIBackend,
 )
-from agentrl.policy.httpio import HTTPClient  # noqa: E402
 from agentrl.policy.server import ServerThread  # noqa: E402
 
 torch.set_num_threads(2)
@@ -51,15 +53,13 @@ def run(coro):  # type: ignore[no-untyped-def]
 
 
 async def _post(url: str, body: object, path: str = "/v1/completions") -> tuple[int, dict]:
-    client = HTTPClient(timeout_s=60)
-    try:
+    """GET ``path`` (``body`` None) or POST ``body`` as JSON; the status and the JSON body."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         if body is None:
-            resp = await client.request("GET", url + path)
+            resp = await client.get(path)
         else:
-            resp = await client.request("POST", url + path, json_body=body)
-        return resp.status, resp.json()
-    finally:
-        await client.close()
+            resp = await client.post(path, json=body)
+        return resp.status_code, resp.json()
 
 
 def test_backends_follow_the_protocol(policy: Policy, server: ServerThread) -> None:
@@ -164,7 +164,9 @@ def test_openai_api_shapes(server: ServerThread, policy: Policy) -> None:
         ({"prompt": 5}, 400, "prompt"),
         ({"prompt": [[1, 2], "x"]}, 400, "prompt"),
         ({"prompt": [999]}, 400, "token ids"),
-        ({"prompt": "a", "stream": True}, 400, "stream"),
+        ({"prompt": "a", "echo": True}, 400, "echo"),
+        ({"prompt": "a", "stream": "yes"}, 400, "stream"),
+        ({"prompt": "a", "max_tokens": True}, 400, "max_tokens"),
         ({"prompt": "a", "n": 0}, 400, "n must"),
         ({"prompt": "a", "stop": 3}, 400, "stop"),
         ({"prompt": "a", "model": "gpt-9"}, 404, "gpt-9"),
