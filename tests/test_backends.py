@@ -80,11 +80,12 @@ def test_backends_follow_the_protocol(policy: Policy, server: ServerThread) -> N
     ],
     ids=["greedy", "stop", "seeded"],
 )
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_http_backend_matches_local_backend(
-    policy: Policy, server: ServerThread, params: SamplingParams
+    policy: Policy, server: ServerThread, params: SamplingParams, stream: bool
 ) -> None:
     async def both() -> tuple[list, list]:
-        http = OpenAIBackend(server.url + "/v1", "tiny")
+        http = OpenAIBackend(server.url + "/v1", "tiny", stream=stream)
         with LocalBackend(policy) as local:
             try:
                 return await http.generate(PROMPTS, params), await local.generate(PROMPTS, params)
@@ -213,7 +214,7 @@ def test_http_backend_errors(server: ServerThread) -> None:
         with pytest.raises(BackendError, match="404"):
             await wrong.generate(["a"], SamplingParams(max_new_tokens=2))
         await wrong.aclose()
-        closed = OpenAIBackend("http://127.0.0.1:9", "tiny")  # discard port: nothing listens
+        closed = OpenAIBackend("http://127.0.0.1:9", "tiny", max_retries=0)  # nothing listens
         with pytest.raises(BackendError, match="connect"):
             await closed.generate(["a"], SamplingParams(max_new_tokens=2))
 
@@ -312,3 +313,37 @@ def test_request_body_round_trip_is_json(server: ServerThread) -> None:
     assert status == 200
     json.dumps(out)  # the whole response is plain JSON
     assert time.time() - out["created"] < 60
+
+
+def test_streaming_backend_reports_text_as_it_comes(policy: Policy, server: ServerThread) -> None:
+    params = SamplingParams(max_new_tokens=24, temperature=0.0, stop=("q",))
+    deltas: dict[int, list[str]] = {}
+
+    async def go() -> list:
+        http = OpenAIBackend(server.url, "tiny", stream=True)
+        try:
+            return await http.generate(
+                PROMPTS, params, on_text=lambda i, d: deltas.setdefault(i, []).append(d)
+            )
+        finally:
+            await http.aclose()
+
+    gens = run(go())
+    for i, g in enumerate(gens):
+        assert "".join(deltas.get(i, [])) == g.text
+    assert max(len(d) for d in deltas.values()) > 1  # pieces, not one blob
+    with pytest.raises(ValueError, match="stream=True"):
+        run(OpenAIBackend(server.url, "tiny").generate(["a"], params, on_text=print))
+
+
+def test_backend_retries_a_connection_then_reports_it() -> None:
+    async def go() -> float:
+        http = OpenAIBackend("http://127.0.0.1:9", "tiny", max_retries=1)
+        t0 = time.monotonic()
+        with pytest.raises(BackendError, match="cannot connect"):
+            await http.generate(["a"], SamplingParams(max_new_tokens=2))
+        return time.monotonic() - t0
+
+    assert run(go()) >= 0.3  # one back-off (0.5 s, jittered by up to -25%) before giving up
+    with pytest.raises(ValueError, match="max_retries"):
+        OpenAIBackend("http://127.0.0.1:9", "tiny", max_retries=-1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from agentrl.policy.policy import Policy
@@ -92,7 +92,10 @@ class OpenAIBackend:
     every request (server-specific options); by default it asks vLLM for token ids.
     ``max_retries`` is the openai client's: a failed connection, 408, 409, 429 and 5xx
     answers are retried that many times with exponential back-off (0: never); other error
-    statuses raise :class:`BackendError` at once.
+    statuses raise :class:`BackendError` at once. With ``stream=True`` each request is
+    answered as server-sent events and the chunks are put together (the same
+    :class:`Generation`; useful where a proxy times out idle responses, or to see tokens as
+    they come: ``on_text(prompt_index, delta)`` is called for each text delta).
     """
 
     supports_weight_updates = False
@@ -106,6 +109,7 @@ class OpenAIBackend:
         timeout_s: float = 600.0,
         extra_body: dict[str, Any] | None = None,
         max_retries: int = 2,
+        stream: bool = False,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"OpenAIBackend: base_url must be an http(s) URL, got {base_url!r}")
@@ -117,6 +121,7 @@ class OpenAIBackend:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.stream = bool(stream)
         self.extra_body = {"return_token_ids": True} if extra_body is None else dict(extra_body)
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -162,8 +167,16 @@ class OpenAIBackend:
         page = await self._call("/models", self.client.models.list())
         return [m.id for m in page.data]
 
-    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
-        """Completes ``prompts`` on the server (one request)."""
+    async def generate(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        *,
+        on_text: Callable[[int, str], None] | None = None,
+    ) -> list[Generation]:
+        """Completes ``prompts`` on the server (one request); ``on_text`` needs ``stream``."""
+        if on_text is not None and not self.stream:
+            raise ValueError("OpenAIBackend.generate: on_text needs OpenAIBackend(stream=True)")
         if isinstance(prompts, str):
             raise TypeError("generate: prompts must be a sequence of str, not one str")
         prompts = list(prompts)
@@ -183,13 +196,54 @@ class OpenAIBackend:
             kw["stop"] = list(params.stop)
         if params.seed is not None:
             kw["seed"] = params.seed
-        resp = await self._call("/completions", self.client.completions.create(**kw))
-        data = resp.to_dict()
+        if self.stream:
+            data = await self._call("/completions", self._streamed(kw, on_text))
+        else:
+            resp = await self._call("/completions", self.client.completions.create(**kw))
+            data = resp.to_dict()
         choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
         if len(choices) != len(prompts):
             raise BackendError(f"/completions: {len(choices)} choices for {len(prompts)} prompts")
         version = int((data.get("agentrl") or {}).get("policy_version", 0))
         return [self._generation(p, c, version) for p, c in zip(prompts, choices, strict=True)]
+
+    async def _streamed(
+        self, kw: dict[str, Any], on_text: Callable[[int, str], None] | None
+    ) -> dict[str, Any]:
+        """The chunks of a streamed completion, put together as one response body."""
+        choices: dict[int, dict[str, Any]] = {}
+        top: dict[str, Any] = {}
+        stream = await self.client.completions.create(**kw, stream=True)
+        async with stream:
+            async for chunk in stream:
+                d = chunk.to_dict()
+                if "error" in d:  # an error after the stream began (vLLM sends one too)
+                    raise BackendError(f"/completions: {d['error'].get('message', d['error'])}")
+                if "agentrl" in d:
+                    top["agentrl"] = d["agentrl"]
+                for c in d.get("choices") or []:
+                    i = int(c.get("index", 0))
+                    acc = choices.setdefault(
+                        i, {"index": i, "text": "", "token_ids": [], "lp": [], "ext": None}
+                    )
+                    delta = c.get("text") or ""
+                    acc["text"] += delta
+                    if delta and on_text is not None:
+                        on_text(i, delta)
+                    acc["token_ids"] += c.get("token_ids") or []  # vLLM's return_token_ids
+                    acc["lp"] += (c.get("logprobs") or {}).get("token_logprobs") or []
+                    for key in ("finish_reason", "stop_reason", "prompt_token_ids", "agentrl"):
+                        if c.get(key) is not None:
+                            acc[key] = c[key]
+        out = []
+        for i in sorted(choices):
+            acc = choices[i]
+            choice = {k: v for k, v in acc.items() if k not in ("lp", "ext")}
+            choice["logprobs"] = {"token_logprobs": acc["lp"]}
+            if not choice["token_ids"]:
+                del choice["token_ids"]
+            out.append(choice)
+        return {**top, "choices": out}
 
     @staticmethod
     def _generation(prompt: str, choice: dict[str, Any], version: int) -> Generation:
