@@ -324,6 +324,11 @@ def test_malformed_bodies(server: ServerThread) -> None:
     resp = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"})
     assert resp.status_code == 400 and "not JSON" in resp.json()["error"]["message"]
     resp = httpx.post(url, content=b"prompt=a", headers={"content-type": "text/plain"})
+    assert resp.status_code == 400 and "not JSON" in resp.json()["error"]["message"]
+    form = {"content-type": "application/x-www-form-urlencoded"}  # what `curl -d` sends
+    resp = httpx.post(url, content=b'{"prompt": "a", "max_tokens": 2}', headers=form)
+    assert resp.status_code == 200 and len(resp.json()["choices"]) == 1
+    resp = httpx.post(url, content=b"[1, 2]")
     assert resp.status_code == 400 and "JSON object" in resp.json()["error"]["message"]
     resp = httpx.post(url)
     assert resp.status_code == 400 and "JSON object" in resp.json()["error"]["message"]

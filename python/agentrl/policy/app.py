@@ -291,6 +291,20 @@ class _Handlers:
             yield head | {"choices": [], "usage": _usage(prompt, gens)}
 
 
+class _JSONBodies:
+    """ASGI middleware: POST bodies are read as JSON whatever their Content-Type says (``curl
+    -d`` sends ``application/x-www-form-urlencoded``), as OpenAI-compatible servers are used."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+        await self.app(scope, receive, send)
+
+
 def create_app(server: CompletionServer) -> FastAPI:
     """The ASGI app serving ``server``'s policy (FastAPI; imported here, lazily)."""
     from fastapi import FastAPI, Request
@@ -307,6 +321,7 @@ def create_app(server: CompletionServer) -> FastAPI:
         description="An agentrl policy behind OpenAI's completions and chat completions API.",
         redoc_url=None,
     )
+    app.add_middleware(_JSONBodies)
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, e: RequestError) -> JSONResponse:

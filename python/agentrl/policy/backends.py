@@ -135,7 +135,7 @@ class OpenAIBackend:
             try:
                 import openai
             except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
-                raise ImportError("OpenAIBackend needs openai: pip install 'agentrl[serve]'") from e
+                raise ImportError("OpenAIBackend needs openai: pip install 'agentrl[train]'") from e
             self._client = openai.AsyncOpenAI(
                 base_url=self.base_url,
                 api_key=self.api_key or "EMPTY",  # the client insists on a key; servers ignore it
