@@ -406,3 +406,39 @@ def test_text_stream_holds_back_partial_utf8_and_stops() -> None:
     assert sent + ts.finish(final) == final
     plain = TextStream(tok)
     assert "".join(plain.push(t, 0.0) for t in tok.encode("✓x")) == "✓x"
+
+
+# ---------------------------------------------------------------------- auth, body limit
+
+
+def test_api_key_and_body_limit(policy: Policy) -> None:
+    with ServerThread(policy, model_name="k", api_key="s3cret", max_body_bytes=2000) as srv:
+        url = srv.url + "/v1/completions"
+        body = {"prompt": "a", "max_tokens": 2}
+        resp = httpx.post(url, json=body)
+        assert resp.status_code == 401 and "missing API key" in resp.json()["error"]["message"]
+        resp = httpx.post(url, json=body, headers={"authorization": "Bearer s3creT"})
+        assert resp.status_code == 401 and "wrong API key" in resp.json()["error"]["message"]
+        assert httpx.get(srv.url + "/health").status_code == 200  # open to probes
+        with openai.OpenAI(base_url=srv.url + "/v1", api_key="s3cret", max_retries=0) as c:
+            assert c.models.list().data[0].id == "k"
+            assert len(c.completions.create(model="k", prompt="a", max_tokens=2).choices) == 1
+        with (
+            openai.OpenAI(base_url=srv.url + "/v1", api_key="nope", max_retries=0) as c,
+            pytest.raises(openai.AuthenticationError),
+        ):
+            c.models.list()
+        auth = {"authorization": "Bearer s3cret"}
+        big = {"prompt": "a" * 3000}
+        resp = httpx.post(url, json=big, headers=auth)
+        assert resp.status_code == 413 and "over 2000 bytes" in resp.json()["error"]["message"]
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+            yield b'{"prompt": "'
+            for _ in range(10):
+                yield b"a" * 300
+            yield b'"}'
+
+        resp = httpx.post(url, content=chunks(), headers=auth)
+        assert resp.status_code == 413 and "over 2000 bytes" in resp.json()["error"]["message"]
+        assert httpx.post(url, json=body, headers=auth).status_code == 200

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hmac
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -291,18 +293,59 @@ class _Handlers:
             yield head | {"choices": [], "usage": _usage(prompt, gens)}
 
 
-class _JSONBodies:
-    """ASGI middleware: POST bodies are read as JSON whatever their Content-Type says (``curl
-    -d`` sends ``application/x-www-form-urlencoded``), as OpenAI-compatible servers are used."""
+class _Gate:
+    """ASGI middleware in front of the app: bearer-token auth of ``/v1/`` (when the server has
+    an ``api_key``; constant-time comparison; ``/health`` stays open), a limit on request
+    bodies (413), and POST bodies read as JSON whatever their Content-Type says (``curl -d``
+    sends ``application/x-www-form-urlencoded``)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, api_key: str | None, max_body_bytes: int) -> None:
         self.app = app
+        self.token = None if api_key is None else f"Bearer {api_key}".encode()
+        self.max_body_bytes = max_body_bytes
+        from starlette.exceptions import HTTPException
+
+        self._too_large = HTTPException(413, f"request body over {max_body_bytes} bytes")
+
+    @staticmethod
+    async def _reply(send: Any, status: int, message: str, headers: list | None = None) -> None:
+        body = json.dumps(error_body(message, status=status)).encode()
+        head = [(b"content-type", b"application/json"), *(headers or [])]
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-            scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        if self.token is not None and scope["path"].startswith("/v1/"):
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.token):
+                why = "wrong API key" if given else "missing API key (Authorization: Bearer KEY)"
+                await self._reply(send, 401, why, [(b"www-authenticate", b"Bearer")])
+                return
+        if scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._reply(send, 413, f"request body over {limit} bytes")
+            return
+        kept = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        scope = dict(scope, headers=[*kept, (b"content-type", b"application/json")])
+        seen = 0
+
+        async def counted_receive() -> Any:  # a chunked body has no Content-Length
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > limit:
+                raise self._too_large  # FastAPI passes HTTPExceptions through body parsing
+            return msg
+
+        await self.app(scope, counted_receive, send)
 
 
 def create_app(server: CompletionServer) -> FastAPI:
@@ -321,7 +364,7 @@ def create_app(server: CompletionServer) -> FastAPI:
         description="An agentrl policy behind OpenAI's completions and chat completions API.",
         redoc_url=None,
     )
-    app.add_middleware(_JSONBodies)
+    app.add_middleware(_Gate, api_key=server.api_key, max_body_bytes=server.max_body_bytes)
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, e: RequestError) -> JSONResponse:

@@ -97,7 +97,8 @@ class CompletionServer:
 
     ``chat_max_tokens`` is the default ``max_tokens`` of chat completions (still capped by the
     model's context); ``drain_timeout_s`` bounds how long :meth:`close` waits for requests in
-    flight (then they are cancelled).
+    flight (then they are cancelled). With ``api_key``, ``/v1/`` requests need
+    ``Authorization: Bearer <api_key>`` (401 otherwise); bodies over ``max_body_bytes`` get 413.
     """
 
     def __init__(
@@ -110,6 +111,8 @@ class CompletionServer:
         max_n: int = 128,
         chat_max_tokens: int = 512,
         drain_timeout_s: float = 30.0,
+        api_key: str | None = None,
+        max_body_bytes: int = 64 << 20,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"CompletionServer: max_batch must be >= 1, got {max_batch}")
@@ -124,6 +127,10 @@ class CompletionServer:
         self.max_n = max_n
         self.chat_max_tokens = chat_max_tokens
         self.drain_timeout_s = drain_timeout_s
+        if api_key is not None and not api_key:
+            raise ValueError("CompletionServer: api_key must be a non-empty string or None")
+        self.api_key = api_key
+        self.max_body_bytes = max_body_bytes
         self.created = int(time.time())
         self.batches = 0
         """Number of generate calls so far (a batch holds one or more requests)."""
@@ -195,8 +202,7 @@ class CompletionServer:
         if self._queue is not None:
             while not self._queue.empty():
                 job = self._queue.get_nowait()
-                if not job.future.done():
-                    job.future.cancel()
+                _fail(job, RuntimeError("the server shut down before this request ran"))
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
 
     # ------------------------------------------------------------------ generation
@@ -405,6 +411,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--chat-max-tokens", type=int, default=512, help="default max_tokens of chat requests"
     )
+    p.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="require 'Authorization: Bearer <the file's first line>' on /v1/ requests",
+    )
     p.add_argument("--seed", type=int, default=0, help="init seed of the default model")
     p.set_defaults(func=run)
     return p
@@ -419,6 +430,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"agentrl serve needs {e.name}: pip install 'agentrl[serve]'", file=sys.stderr)
         return 2
     try:
+        api_key = None
+        if args.api_key_file:
+            api_key = Path(args.api_key_file).read_text().strip() or None
+            if api_key is None:
+                raise ValueError(f"--api-key-file {args.api_key_file}: the file is empty")
         if args.policy:
             policy = Policy.load(args.policy, device=args.device, dtype=args.dtype)
         else:
@@ -430,6 +446,7 @@ def run(args: argparse.Namespace) -> int:
             max_batch=args.max_batch,
             batch_wait_s=args.batch_wait_ms / 1000.0,
             chat_max_tokens=args.chat_max_tokens,
+            api_key=api_key,
         )
     except (ValueError, TypeError, OSError) as e:
         print(f"agentrl serve: {e}", file=sys.stderr)
