@@ -442,3 +442,31 @@ def test_api_key_and_body_limit(policy: Policy) -> None:
         resp = httpx.post(url, content=chunks(), headers=auth)
         assert resp.status_code == 413 and "over 2000 bytes" in resp.json()["error"]["message"]
         assert httpx.post(url, json=body, headers=auth).status_code == 200
+
+
+def test_close_drains_requests_in_flight(policy: Policy) -> None:
+    gated = _GatedPolicy(copy.deepcopy(policy.model), policy.tokenizer, device="cpu")
+    gated.gate = threading.Event()
+    srv = ServerThread(gated, model_name="g").start()
+    url = srv.url
+    body = {"prompt": "x", "max_tokens": 6, "temperature": 0}
+    answer: list[httpx.Response] = []
+    t = threading.Thread(
+        target=lambda: answer.append(httpx.post(url + "/v1/completions", json=body, timeout=60))
+    )
+    t.start()
+    while gated.lock.acquire(blocking=False):  # until generation holds the policy's lock
+        gated.lock.release()
+        t.join(0.01)
+    closer = threading.Thread(target=srv.close)
+    closer.start()
+    closer.join(0.5 * TIME_SCALE)
+    assert closer.is_alive()  # waits for the request in flight
+    with pytest.raises(httpx.ConnectError):  # no longer accepting
+        httpx.get(url + "/health", timeout=5)
+    gated.gate.set()
+    t.join(60)
+    closer.join(60)
+    assert not closer.is_alive()
+    (resp,) = answer
+    assert resp.status_code == 200 and len(resp.json()["choices"][0]["agentrl"]["token_ids"]) == 6
