@@ -17,6 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 uvloop = pytest.importorskip("uvloop")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+pytest.importorskip("openai")
 
 from agentrl.policy import GPTConfig, Policy, SamplingParams  # noqa: E402
 from agentrl.policy.backends import (  # noqa: E402
@@ -25,7 +28,6 @@ from agentrl.policy.backends import (  # noqa: E402
     LocalBackend,
     OpenAIBackend,
 )
-from agentrl.policy.httpio import HTTPClient  # noqa: E402
 from agentrl.policy.server import ServerThread  # noqa: E402
 
 torch.set_num_threads(2)
@@ -51,15 +53,13 @@ def run(coro):  # type: ignore[no-untyped-def]
 
 
 async def _post(url: str, body: object, path: str = "/v1/completions") -> tuple[int, dict]:
-    client = HTTPClient(timeout_s=60)
-    try:
+    """GET ``path`` (``body`` None) or POST ``body`` as JSON; the status and the JSON body."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         if body is None:
-            resp = await client.request("GET", url + path)
+            resp = await client.get(path)
         else:
-            resp = await client.request("POST", url + path, json_body=body)
-        return resp.status, resp.json()
-    finally:
-        await client.close()
+            resp = await client.post(path, json=body)
+        return resp.status_code, resp.json()
 
 
 def test_backends_follow_the_protocol(policy: Policy, server: ServerThread) -> None:
@@ -80,11 +80,12 @@ def test_backends_follow_the_protocol(policy: Policy, server: ServerThread) -> N
     ],
     ids=["greedy", "stop", "seeded"],
 )
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_http_backend_matches_local_backend(
-    policy: Policy, server: ServerThread, params: SamplingParams
+    policy: Policy, server: ServerThread, params: SamplingParams, stream: bool
 ) -> None:
     async def both() -> tuple[list, list]:
-        http = OpenAIBackend(server.url + "/v1", "tiny")
+        http = OpenAIBackend(server.url + "/v1", "tiny", stream=stream)
         with LocalBackend(policy) as local:
             try:
                 return await http.generate(PROMPTS, params), await local.generate(PROMPTS, params)
@@ -164,7 +165,9 @@ def test_openai_api_shapes(server: ServerThread, policy: Policy) -> None:
         ({"prompt": 5}, 400, "prompt"),
         ({"prompt": [[1, 2], "x"]}, 400, "prompt"),
         ({"prompt": [999]}, 400, "token ids"),
-        ({"prompt": "a", "stream": True}, 400, "stream"),
+        ({"prompt": "a", "echo": True}, 400, "echo"),
+        ({"prompt": "a", "stream": "yes"}, 400, "stream"),
+        ({"prompt": "a", "max_tokens": True}, 400, "max_tokens"),
         ({"prompt": "a", "n": 0}, 400, "n must"),
         ({"prompt": "a", "stop": 3}, 400, "stop"),
         ({"prompt": "a", "model": "gpt-9"}, 404, "gpt-9"),
@@ -211,7 +214,7 @@ def test_http_backend_errors(server: ServerThread) -> None:
         with pytest.raises(BackendError, match="404"):
             await wrong.generate(["a"], SamplingParams(max_new_tokens=2))
         await wrong.aclose()
-        closed = OpenAIBackend("http://127.0.0.1:9", "tiny")  # discard port: nothing listens
+        closed = OpenAIBackend("http://127.0.0.1:9", "tiny", max_retries=0)  # nothing listens
         with pytest.raises(BackendError, match="connect"):
             await closed.generate(["a"], SamplingParams(max_new_tokens=2))
 
@@ -310,3 +313,37 @@ def test_request_body_round_trip_is_json(server: ServerThread) -> None:
     assert status == 200
     json.dumps(out)  # the whole response is plain JSON
     assert time.time() - out["created"] < 60
+
+
+def test_streaming_backend_reports_text_as_it_comes(policy: Policy, server: ServerThread) -> None:
+    params = SamplingParams(max_new_tokens=24, temperature=0.0, stop=("q",))
+    deltas: dict[int, list[str]] = {}
+
+    async def go() -> list:
+        http = OpenAIBackend(server.url, "tiny", stream=True)
+        try:
+            return await http.generate(
+                PROMPTS, params, on_text=lambda i, d: deltas.setdefault(i, []).append(d)
+            )
+        finally:
+            await http.aclose()
+
+    gens = run(go())
+    for i, g in enumerate(gens):
+        assert "".join(deltas.get(i, [])) == g.text
+    assert max(len(d) for d in deltas.values()) > 1  # pieces, not one blob
+    with pytest.raises(ValueError, match="stream=True"):
+        run(OpenAIBackend(server.url, "tiny").generate(["a"], params, on_text=print))
+
+
+def test_backend_retries_a_connection_then_reports_it() -> None:
+    async def go() -> float:
+        http = OpenAIBackend("http://127.0.0.1:9", "tiny", max_retries=1)
+        t0 = time.monotonic()
+        with pytest.raises(BackendError, match="cannot connect"):
+            await http.generate(["a"], SamplingParams(max_new_tokens=2))
+        return time.monotonic() - t0
+
+    assert run(go()) >= 0.3  # one back-off (0.5 s, jittered by up to -25%) before giving up
+    with pytest.raises(ValueError, match="max_retries"):
+        OpenAIBackend("http://127.0.0.1:9", "tiny", max_retries=-1)

@@ -3,7 +3,8 @@
 :class:`LocalBackend` runs a :class:`~agentrl.policy.Policy` in a worker thread, so the
 event loop (sandbox jobs, the scheduler) stays free while it generates.
 :class:`OpenAIBackend` calls an OpenAI-compatible ``/v1/completions`` endpoint (``agentrl
-serve``, vLLM, SGLang) through an asyncio HTTP client on the running loop (uvloop works);
+serve``, vLLM, SGLang) through the official ``openai`` package's async client on the running
+loop (uvloop works);
 token ids come from the ``agentrl`` extension fields of ``agentrl serve`` or from vLLM's
 ``return_token_ids``.
 """
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from agentrl.policy.httpio import HTTPClient, HTTPError
 from agentrl.policy.policy import Policy
 from agentrl.policy.sampling import Generation, SamplingParams
 
@@ -82,12 +82,20 @@ class LocalBackend:
 
 
 class OpenAIBackend:
-    """An OpenAI-compatible completion server.
+    """An OpenAI-compatible completion server, through the official ``openai`` package's
+    :class:`openai.AsyncOpenAI` client (httpx underneath: pooled keep-alive connections, TLS,
+    proxies from the environment).
 
     ``base_url`` is the server root or its ``/v1`` (``http://127.0.0.1:8000`` or
     ``http://127.0.0.1:8000/v1``). Each :meth:`generate` sends one request with all prompts;
     the log-probs requested are those of the sampled tokens. ``extra_body`` is merged into
     every request (server-specific options); by default it asks vLLM for token ids.
+    ``max_retries`` is the openai client's: a failed connection, 408, 409, 429 and 5xx
+    answers are retried that many times with exponential back-off (0: never); other error
+    statuses raise :class:`BackendError` at once. With ``stream=True`` each request is
+    answered as server-sent events and the chunks are put together (the same
+    :class:`Generation`; useful where a proxy times out idle responses, or to see tokens as
+    they come: ``on_text(prompt_index, delta)`` is called for each text delta).
     """
 
     supports_weight_updates = False
@@ -100,55 +108,81 @@ class OpenAIBackend:
         *,
         timeout_s: float = 600.0,
         extra_body: dict[str, Any] | None = None,
+        max_retries: int = 2,
+        stream: bool = False,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"OpenAIBackend: base_url must be an http(s) URL, got {base_url!r}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"OpenAIBackend: max_retries must be an int >= 0, got {max_retries!r}")
         root = base_url.rstrip("/")
         self.base_url = root if root.endswith("/v1") else root + "/v1"
         self.model = model
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.stream = bool(stream)
         self.extra_body = {"return_token_ids": True} if extra_body is None else dict(extra_body)
-        self._client: HTTPClient | None = None
+        self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _http(self) -> HTTPClient:
+    @property
+    def client(self) -> Any:
+        """The :class:`openai.AsyncOpenAI` client of the running loop (made on first use;
+        its connections belong to one loop, so another loop gets a new client)."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:  # connections belong to one loop
-            self._client, self._loop = HTTPClient(timeout_s=self.timeout_s), loop
+        if self._client is None or self._loop is not loop:
+            try:
+                import openai
+            except ModuleNotFoundError as e:  # pragma: no cover - depends on the environment
+                raise ImportError("OpenAIBackend needs openai: pip install 'agentrl[train]'") from e
+            self._client = openai.AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=self.api_key or "EMPTY",  # the client insists on a key; servers ignore it
+                timeout=self.timeout_s,
+                max_retries=self.max_retries,
+            )
+            self._loop = loop
         return self._client
 
-    async def _call(self, method: str, path: str, body: Any = None) -> Any:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else None
+    async def _call(self, path: str, request: Any) -> Any:
+        import openai
+
         try:
-            resp = await self._http().request(
-                method, self.base_url + path, json_body=body, headers=headers
-            )
-        except HTTPError as e:
-            raise BackendError(str(e)) from e
-        try:
-            data = resp.json()
-        except ValueError as e:
-            raise BackendError(f"{path}: HTTP {resp.status}, body is not JSON") from e
-        if resp.status != 200:
-            msg = data.get("error", {}).get("message") if isinstance(data, dict) else None
-            raise BackendError(f"{path}: HTTP {resp.status}: {msg or data}")
-        return data
+            return await request
+        except openai.APIStatusError as e:
+            body = e.body
+            msg = body.get("message") if isinstance(body, dict) else None
+            raise BackendError(f"{path}: HTTP {e.status_code}: {msg or e.message}") from e
+        except openai.APITimeoutError as e:
+            raise BackendError(f"{path}: timed out after {self.timeout_s} s") from e
+        except openai.APIConnectionError as e:
+            cause = e.__cause__ or e
+            raise BackendError(f"{path}: cannot connect to {self.base_url}: {cause!r}") from e
+        except openai.OpenAIError as e:  # a response that is not the API's JSON
+            raise BackendError(f"{path}: {e}") from e
 
     async def models(self) -> list[str]:
         """Ids of the models the server offers."""
-        data = await self._call("GET", "/models")
-        return [m["id"] for m in data.get("data", [])]
+        page = await self._call("/models", self.client.models.list())
+        return [m.id for m in page.data]
 
-    async def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[Generation]:
-        """Completes ``prompts`` on the server (one request)."""
+    async def generate(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        *,
+        on_text: Callable[[int, str], None] | None = None,
+    ) -> list[Generation]:
+        """Completes ``prompts`` on the server (one request); ``on_text`` needs ``stream``."""
+        if on_text is not None and not self.stream:
+            raise ValueError("OpenAIBackend.generate: on_text needs OpenAIBackend(stream=True)")
         if isinstance(prompts, str):
             raise TypeError("generate: prompts must be a sequence of str, not one str")
         prompts = list(prompts)
         if not prompts:
             return []
-        body: dict[str, Any] = {
-            **self.extra_body,
+        kw: dict[str, Any] = {
             "model": self.model,
             "prompt": prompts,
             "max_tokens": params.max_new_tokens,
@@ -156,17 +190,60 @@ class OpenAIBackend:
             "top_p": params.top_p,
             "logprobs": 0,
             "n": 1,
+            "extra_body": self.extra_body,
         }
         if params.stop:
-            body["stop"] = list(params.stop)
+            kw["stop"] = list(params.stop)
         if params.seed is not None:
-            body["seed"] = params.seed
-        data = await self._call("POST", "/completions", body)
+            kw["seed"] = params.seed
+        if self.stream:
+            data = await self._call("/completions", self._streamed(kw, on_text))
+        else:
+            resp = await self._call("/completions", self.client.completions.create(**kw))
+            data = resp.to_dict()
         choices = sorted(data.get("choices", []), key=lambda c: c.get("index", 0))
         if len(choices) != len(prompts):
             raise BackendError(f"/completions: {len(choices)} choices for {len(prompts)} prompts")
         version = int((data.get("agentrl") or {}).get("policy_version", 0))
         return [self._generation(p, c, version) for p, c in zip(prompts, choices, strict=True)]
+
+    async def _streamed(
+        self, kw: dict[str, Any], on_text: Callable[[int, str], None] | None
+    ) -> dict[str, Any]:
+        """The chunks of a streamed completion, put together as one response body."""
+        choices: dict[int, dict[str, Any]] = {}
+        top: dict[str, Any] = {}
+        stream = await self.client.completions.create(**kw, stream=True)
+        async with stream:
+            async for chunk in stream:
+                d = chunk.to_dict()
+                if "error" in d:  # an error after the stream began (vLLM sends one too)
+                    raise BackendError(f"/completions: {d['error'].get('message', d['error'])}")
+                if "agentrl" in d:
+                    top["agentrl"] = d["agentrl"]
+                for c in d.get("choices") or []:
+                    i = int(c.get("index", 0))
+                    acc = choices.setdefault(
+                        i, {"index": i, "text": "", "token_ids": [], "lp": [], "ext": None}
+                    )
+                    delta = c.get("text") or ""
+                    acc["text"] += delta
+                    if delta and on_text is not None:
+                        on_text(i, delta)
+                    acc["token_ids"] += c.get("token_ids") or []  # vLLM's return_token_ids
+                    acc["lp"] += (c.get("logprobs") or {}).get("token_logprobs") or []
+                    for key in ("finish_reason", "stop_reason", "prompt_token_ids", "agentrl"):
+                        if c.get(key) is not None:
+                            acc[key] = c[key]
+        out = []
+        for i in sorted(choices):
+            acc = choices[i]
+            choice = {k: v for k, v in acc.items() if k not in ("lp", "ext")}
+            choice["logprobs"] = {"token_logprobs": acc["lp"]}
+            if not choice["token_ids"]:
+                del choice["token_ids"]
+            out.append(choice)
+        return {**top, "choices": out}
 
     @staticmethod
     def _generation(prompt: str, choice: dict[str, Any], version: int) -> Generation:
@@ -209,5 +286,6 @@ class OpenAIBackend:
     async def aclose(self) -> None:
         """Closes the pooled connections."""
         if self._client is not None:
-            await self._client.close()
-            self._client = None
+            client, self._client = self._client, None
+            if self._loop is asyncio.get_running_loop():
+                await client.close()

@@ -22,7 +22,7 @@ import copy
 import json
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +331,14 @@ class Policy:
         *,
         prompts: Sequence[str] | None = None,
         use_cache: bool = True,
+        on_token: Callable[[int, int, float], None] | None = None,
     ) -> list[Generation]:
-        """As :meth:`generate`, from token ids (``prompts`` only fills ``Generation.prompt``)."""
+        """As :meth:`generate`, from token ids (``prompts`` only fills ``Generation.prompt``).
+
+        ``on_token(row, token_id, logprob)``, when given, is called (in the generating thread)
+        for each token as it is sampled, in order per row: the streaming hook of
+        ``agentrl serve``. It must be quick and must not raise.
+        """
         rows = self._per_row_params(params, len(prompt_ids))
         if not rows:
             return []
@@ -340,7 +346,7 @@ class Policy:
             was_training = self.model.training
             self.model.eval()
             try:
-                return self._generate(prompt_ids, rows, prompts, use_cache)
+                return self._generate(prompt_ids, rows, prompts, use_cache, on_token)
             finally:
                 self.model.train(was_training)
 
@@ -350,6 +356,7 @@ class Policy:
         rows: list[SamplingParams],
         prompts: Sequence[str] | None,
         use_cache: bool,
+        on_token: Callable[[int, int, float], None] | None = None,
     ) -> list[Generation]:
         tok, dev, n = self.tokenizer, self.device, len(prompt_ids)
         ctx = lm.context_length(self.model)
@@ -408,6 +415,8 @@ class Policy:
                 tid = tok_list[row]
                 out_ids[i].append(tid)
                 out_lp[i].append(lp_list[row])
+                if on_token is not None:
+                    on_token(i, tid, lp_list[row])
                 if tid in self.eos_ids:
                     finish[i] = "eos"
                 elif matchers[i].stops:

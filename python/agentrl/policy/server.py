@@ -1,17 +1,32 @@
 """``agentrl serve``: a local policy behind an OpenAI-compatible HTTP API.
 
-Endpoints: ``POST /v1/completions`` (``prompt`` as a string, a list of strings, token ids
-or lists of token ids; ``max_tokens``, ``temperature``, ``top_p``, ``stop``, ``n``,
-``logprobs``, ``seed``), ``GET /v1/models``, ``GET /health``. Every choice carries an
-``agentrl`` extension object: ``token_ids``, ``prompt_token_ids``, ``logprobs`` (one per
-token), ``finish_reason`` (``stop``/``eos``/``length``), ``stop`` and ``policy_version``.
-``logprobs.top_logprobs`` is always null (alternatives are not computed).
+FastAPI on uvicorn (uvloop and httptools where installed: ``agentrl[serve]``), request and
+response models in :mod:`agentrl.policy.protocol`. Endpoints:
+
+- ``POST /v1/completions``: ``prompt`` as a string, a list of strings, token ids or lists of
+  token ids; ``max_tokens`` (16), ``temperature``, ``top_p``, ``stop``, ``n``, ``logprobs``,
+  ``seed``, ``stream``, ``stream_options.include_usage``.
+- ``POST /v1/chat/completions``: ``messages`` rendered with the model's chat template where
+  it has one, else the simple template of :mod:`agentrl.policy.chat`; ``max_tokens`` /
+  ``max_completion_tokens``, ``logprobs`` (bool), the same sampling fields and streaming.
+- ``GET /v1/models``, ``GET /health``; the OpenAPI document at ``/openapi.json``.
+
+Every choice carries an ``agentrl`` extension object: ``token_ids``, ``prompt_token_ids``,
+``logprobs`` (one per token), ``finish_reason`` (``stop``/``eos``/``length``), ``stop`` and
+``policy_version``; top log-probs (alternatives) are not computed.
+
+``stream=true`` answers with server-sent events as vLLM and SGLang send them: ``data: {chunk}``
+events (``text_completion`` chunks with a ``text`` delta, or ``chat.completion.chunk`` with a
+``delta``: first ``{"role": "assistant", "content": ""}``, then content), tokens sent as the
+model samples them; each choice's last chunk has its ``finish_reason`` and the ``agentrl``
+object; then an optional usage chunk and ``data: [DONE]``.
 
 Concurrent requests are batched: while the policy generates one batch (in a worker thread),
-new requests queue up and go together into the next one. Requests with a ``seed`` run in
-a batch of their own, so their results do not depend on other traffic. The server runs on
-uvloop where it is installed (``agentrl[uvloop]``; asyncio's own loop otherwise) and shuts down
-cleanly on SIGINT/SIGTERM.
+new requests queue up and go together into the next one. Requests with a ``seed`` run in a
+batch of their own, so their results do not depend on other traffic. Bad requests get HTTP
+400 with an OpenAI error object naming the problem (404 for an unknown model or route, 405
+for a wrong method). SIGINT/SIGTERM stop accepting connections, let the requests in flight
+finish, then exit.
 """
 
 from __future__ import annotations
@@ -22,20 +37,22 @@ import concurrent.futures
 import contextlib
 import json
 import signal
+import socket
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentrl.policy.httpio import HTTPError, Request, read_request, write_response
 from agentrl.policy.policy import Policy
 from agentrl.policy.sampling import Generation, SamplingParams
 
-__all__ = ["CompletionServer", "ServerThread", "add_parser", "run", "run_loop"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["CompletionServer", "RequestError", "ServerThread", "add_parser", "run", "run_loop"]
 
 _T = TypeVar("_T")
 
@@ -58,40 +75,31 @@ class RequestError(ValueError):
         self.param = param
 
 
+def error_body(message: str, *, status: int, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object for HTTP ``status``."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if status == 404:
+        kind = "not_found_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
 @dataclass
 class _Job:
     prompt_ids: list[list[int]]
     params: SamplingParams
     future: asyncio.Future[list[Generation]] = field(repr=False)
-
-
-def _error(message: str, *, status: int, param: str | None = None) -> dict[str, Any]:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    if status == 404:
-        kind = "not_found_error"
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
-
-
-def _number(body: dict[str, Any], name: str, default: float) -> float:
-    v = body.get(name)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise RequestError(f"{name} must be a number", param=name)
-    return float(v)
-
-
-def _int(body: dict[str, Any], name: str, default: int | None) -> int | None:
-    v = body.get(name)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise RequestError(f"{name} must be an integer", param=name)
-    return v
+    tokens: asyncio.Queue[tuple[int, int, float] | None] | None = field(default=None, repr=False)
+    """Streaming jobs: ``(row, token id, logprob)`` as sampled, then None when done."""
 
 
 class CompletionServer:
-    """Serves ``policy`` over HTTP on the running event loop."""
+    """Serves ``policy`` over HTTP (FastAPI on uvicorn) on the running event loop.
+
+    ``chat_max_tokens`` is the default ``max_tokens`` of chat completions (still capped by the
+    model's context); ``drain_timeout_s`` bounds how long :meth:`close` waits for requests in
+    flight (then they are cancelled). With ``api_key``, ``/v1/`` requests need
+    ``Authorization: Bearer <api_key>`` (401 otherwise); bodies over ``max_body_bytes`` get 413.
+    """
 
     def __init__(
         self,
@@ -101,41 +109,92 @@ class CompletionServer:
         max_batch: int = 64,
         batch_wait_s: float = 0.002,
         max_n: int = 128,
+        chat_max_tokens: int = 512,
+        drain_timeout_s: float = 30.0,
+        api_key: str | None = None,
+        max_body_bytes: int = 64 << 20,
     ) -> None:
         if max_batch < 1:
             raise ValueError(f"CompletionServer: max_batch must be >= 1, got {max_batch}")
+        if chat_max_tokens < 1:
+            raise ValueError(
+                f"CompletionServer: chat_max_tokens must be >= 1, got {chat_max_tokens}"
+            )
         self.policy = policy
         self.model_name = model_name
         self.max_batch = max_batch
         self.batch_wait_s = batch_wait_s
         self.max_n = max_n
+        self.chat_max_tokens = chat_max_tokens
+        self.drain_timeout_s = drain_timeout_s
+        if api_key is not None and not api_key:
+            raise ValueError("CompletionServer: api_key must be a non-empty string or None")
+        self.api_key = api_key
+        self.max_body_bytes = max_body_bytes
         self.created = int(time.time())
         self.batches = 0
         """Number of generate calls so far (a batch holds one or more requests)."""
         self._queue: asyncio.Queue[_Job] | None = None
-        self._server: asyncio.Server | None = None
         self._batcher: asyncio.Task[None] | None = None
-        self._conns: set[asyncio.Task[Any]] = set()
+        self._uvicorn: Any = None
+        self._serving: asyncio.Task[None] | None = None
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "agentrl-serve")
+        self._app: FastAPI | None = None
+
+    @property
+    def app(self) -> FastAPI:
+        """The ASGI application (built on first use)."""
+        if self._app is None:
+            from agentrl.policy.app import create_app
+
+            self._app = create_app(self)
+        return self._app
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         """Starts listening; returns the bound ``(host, port)`` (port 0 picks a free one)."""
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(2048)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        addr = sock.getsockname()
         self._queue = asyncio.Queue()
         self._batcher = asyncio.create_task(self._batch_loop(), name="agentrl-serve-batcher")
-        self._server = await asyncio.start_server(self._connection, host, port)
-        addr = self._server.sockets[0].getsockname()
+        config = uvicorn.Config(
+            self.app,
+            loop="none",  # the running loop (uvloop under run_loop)
+            http=_http_impl(),
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=30,
+            timeout_graceful_shutdown=self.drain_timeout_s,
+        )
+        self._uvicorn = _uvicorn_class()(config)
+        self._serving = asyncio.create_task(self._uvicorn.serve(sockets=[sock]), name="uvicorn")
+        while not self._uvicorn.started:
+            if self._serving.done():
+                self._serving.result()  # raises the startup error
+                raise RuntimeError("CompletionServer: uvicorn exited during startup")
+            await asyncio.sleep(0.005)
         return addr[0], addr[1]
 
     async def close(self) -> None:
-        """Stops listening, drops the connections, fails queued requests, ends the worker."""
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        if self._conns:
-            await asyncio.gather(*self._conns, return_exceptions=True)
+        """Stops listening, lets the requests in flight finish (up to ``drain_timeout_s``),
+        fails the queued ones that are left, ends the worker."""
+        if self._uvicorn is not None and self._serving is not None:
+            self._uvicorn.should_exit = True
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._serving
         if self._batcher is not None:
             self._batcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -143,203 +202,21 @@ class CompletionServer:
         if self._queue is not None:
             while not self._queue.empty():
                 job = self._queue.get_nowait()
-                if not job.future.done():
-                    job.future.cancel()
-        if self._server is not None:
-            await self._server.wait_closed()
+                _fail(job, RuntimeError("the server shut down before this request ran"))
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)
 
-    # ------------------------------------------------------------------ HTTP
+    # ------------------------------------------------------------------ generation
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        try:
-            while True:
-                try:
-                    req = await read_request(reader)
-                except (HTTPError, ValueError) as e:
-                    write_response(writer, 400, _error(str(e), status=400), keep_alive=False)
-                    await writer.drain()
-                    return
-                if req is None:
-                    return
-                status, payload = await self._dispatch(req)
-                write_response(writer, status, payload, keep_alive=req.keep_alive)
-                await writer.drain()
-                if not req.keep_alive:
-                    return
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return
-        finally:
-            self._conns.discard(task)
-            writer.close()
-
-    async def _dispatch(self, req: Request) -> tuple[int, Any]:
-        routes = {
-            "/health": ("GET", self._health),
-            "/v1/models": ("GET", self._models),
-            "/v1/completions": ("POST", self._completions),
-        }
-        route = routes.get(req.path.rstrip("/") or "/")
-        if route is None:
-            return 404, _error(f"no route {req.method} {req.path}", status=404)
-        if req.method != route[0]:
-            return 405, _error(f"{req.path} takes {route[0]}, not {req.method}", status=405)
-        try:
-            return 200, await route[1](req)
-        except RequestError as e:
-            return e.status, _error(str(e), status=e.status, param=e.param)
-        except Exception as e:  # the server stays up; the client sees the cause
-            return 500, _error(f"{type(e).__name__}: {e}", status=500)
-
-    async def _health(self, req: Request) -> dict[str, Any]:
-        return {"status": "ok", "policy_version": self.policy.version}
-
-    async def _models(self, req: Request) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.model_name,
-                    "object": "model",
-                    "created": self.created,
-                    "owned_by": "agentrl",
-                }
-            ],
-        }
-
-    # ------------------------------------------------------------------ completions
-
-    def _parse(self, req: Request) -> tuple[list[list[int]], SamplingParams, int]:
-        try:
-            body = json.loads(req.body or b"null")
-        except ValueError as e:
-            raise RequestError(f"request body is not JSON: {e}") from e
-        if not isinstance(body, dict):
-            raise RequestError("request body must be a JSON object")
-        model = body.get("model")
-        if model is not None and model != self.model_name:
-            raise RequestError(f"model {model!r} does not exist", status=404, param="model")
-        for flag in ("stream", "echo"):
-            if body.get(flag):
-                raise RequestError(f"{flag}=true is not supported", param=flag)
-        if body.get("suffix") is not None:
-            raise RequestError("suffix is not supported", param="suffix")
-        n = _int(body, "n", 1)
-        assert n is not None
-        if not 1 <= n <= self.max_n:
-            raise RequestError(f"n must be in 1..{self.max_n}", param="n")
-        best_of = _int(body, "best_of", None)
-        if best_of is not None and best_of != n:
-            raise RequestError("best_of other than n is not supported", param="best_of")
-        prompt = body.get("prompt")
-        texts: list[str] | None = None
-        tok = self.policy.tokenizer
-        if isinstance(prompt, str):
-            texts = [prompt]
-        elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-            texts = list(prompt)
-        if texts is not None:
-            ids = [tok.encode_prompt(t) for t in texts]
-        elif isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt):
-            ids = [list(prompt)]
-        elif (
-            isinstance(prompt, list)
-            and prompt
-            and all(isinstance(p, list) and all(type(t) is int for t in p) for p in prompt)
-        ):
-            ids = [list(p) for p in prompt]
-        else:
-            raise RequestError(
-                "prompt must be a string, a list of strings, token ids or lists of token ids",
-                param="prompt",
-            )
-        vocab = tok.vocab_size
-        for p in ids:
-            if not p:
-                raise RequestError("a prompt has no tokens", param="prompt")
-            if any(not 0 <= t < vocab for t in p):
-                raise RequestError(f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
-        stop = body.get("stop")
-        if stop is None:
-            stop = ()
-        elif isinstance(stop, str):
-            stop = (stop,)
-        elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-            stop = tuple(stop)
-        else:
-            raise RequestError("stop must be a string or a list of strings", param="stop")
-        try:
-            params = SamplingParams(
-                max_new_tokens=_int(body, "max_tokens", 16),  # type: ignore[arg-type]
-                temperature=_number(body, "temperature", 1.0),
-                top_p=_number(body, "top_p", 1.0),
-                stop=stop,
-                seed=_int(body, "seed", None),
-            )
-        except (TypeError, ValueError) as e:
-            raise RequestError(str(e)) from e
-        logprobs = body.get("logprobs")
-        if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
-            raise RequestError("logprobs must be an integer or null", param="logprobs")
-        rows = [p for p in ids for _ in range(n)]
-        return rows, params, (-1 if logprobs is None else logprobs)
-
-    async def _completions(self, req: Request) -> dict[str, Any]:
-        rows, params, logprobs = self._parse(req)
-        assert self._queue is not None
+    async def generate(
+        self, rows: list[list[int]], params: SamplingParams, *, stream: bool = False
+    ) -> _Job:
+        """Queues ``rows`` for the batcher; the job's future gets one Generation per row."""
+        if self._queue is None:
+            raise RuntimeError("CompletionServer: not started")
         future: asyncio.Future[list[Generation]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Job(rows, params, future))
-        gens = await future
-        choices = []
-        tok = self.policy.tokenizer
-        for i, g in enumerate(gens):
-            choice: dict[str, Any] = {
-                "index": i,
-                "text": g.text,
-                "logprobs": None,
-                "finish_reason": "length" if g.finish_reason == "length" else "stop",
-                "agentrl": {
-                    "token_ids": g.token_ids,
-                    "prompt_token_ids": g.prompt_ids,
-                    "logprobs": g.logprobs,
-                    "finish_reason": g.finish_reason,
-                    "stop": g.stop,
-                    "policy_version": g.version,
-                },
-            }
-            if logprobs >= 0:
-                tokens = [tok.decode([t]) for t in g.token_ids]
-                offsets, at = [], 0
-                for t in tokens:
-                    offsets.append(at)
-                    at += len(t)
-                choice["logprobs"] = {
-                    "tokens": tokens,
-                    "token_logprobs": g.logprobs,
-                    "top_logprobs": None,
-                    "text_offset": offsets,
-                }
-            choices.append(choice)
-        prompt_tokens = sum(len(p) for p in rows)
-        completion_tokens = sum(len(g.token_ids) for g in gens)
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-            "agentrl": {"policy_version": gens[0].version if gens else self.policy.version},
-        }
-
-    # ------------------------------------------------------------------ batching
+        job = _Job(rows, params, future, asyncio.Queue() if stream else None)
+        await self._queue.put(job)
+        return job
 
     async def _batch_loop(self) -> None:
         assert self._queue is not None
@@ -371,11 +248,25 @@ class CompletionServer:
         loop = asyncio.get_running_loop()
         ids = [p for j in batch for p in j.prompt_ids]
         params = [j.params for j in batch for _ in j.prompt_ids]
+        on_token = None
+        if any(j.tokens is not None for j in batch):
+            owner = [(j, r) for j in batch for r in range(len(j.prompt_ids))]
+
+            def on_token(i: int, tid: int, lp: float) -> None:  # the generating thread
+                job, row = owner[i]
+                if job.tokens is not None:
+                    loop.call_soon_threadsafe(job.tokens.put_nowait, (row, tid, lp))
+
         self.batches += 1
         try:
-            gens = await loop.run_in_executor(self._executor, self.policy.generate_ids, ids, params)
+            gens = await loop.run_in_executor(
+                self._executor,
+                lambda: self.policy.generate_ids(ids, params, on_token=on_token),
+            )
         except ValueError as e:
-            if len(batch) > 1:  # find the request at fault; the others still succeed
+            # Raised by the up-front checks (before any token): find the request at fault;
+            # the others still succeed.
+            if len(batch) > 1:
                 for job in batch:
                     await self._run([job])
                 return
@@ -390,12 +281,44 @@ class CompletionServer:
             k = len(job.prompt_ids)
             if not job.future.done():
                 job.future.set_result(gens[at : at + k])
+            if job.tokens is not None:
+                job.tokens.put_nowait(None)
             at += k
 
 
 def _fail(job: _Job, exc: BaseException) -> None:
     if not job.future.done():
         job.future.set_exception(exc)
+    if job.tokens is not None:
+        job.tokens.put_nowait(None)
+
+
+def _http_impl() -> str:
+    try:
+        import httptools  # noqa: F401
+    except ModuleNotFoundError:
+        return "h11"
+    return "httptools"
+
+
+def _uvicorn_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its signal handlers: the owner of the loop decides."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Server
+
+
+async def sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Server-sent events: ``data: {json}\\n\\n`` per event, then ``data: [DONE]\\n\\n``."""
+    async for ev in events:
+        yield b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 class ServerThread:
@@ -450,7 +373,7 @@ class ServerThread:
         self._ready.set()
 
     def close(self) -> None:
-        """Shuts the server down and joins the thread."""
+        """Shuts the server down (requests in flight finish) and joins the thread."""
         if self._loop is not None and self._stop is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join()
@@ -485,6 +408,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model-name", default=None, help="model id in the API")
     p.add_argument("--max-batch", type=int, default=64, help="most sequences per batch")
     p.add_argument("--batch-wait-ms", type=float, default=2.0, help="wait to fill a batch")
+    p.add_argument(
+        "--chat-max-tokens", type=int, default=512, help="default max_tokens of chat requests"
+    )
+    p.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="require 'Authorization: Bearer <the file's first line>' on /v1/ requests",
+    )
     p.add_argument("--seed", type=int, default=0, help="init seed of the default model")
     p.set_defaults(func=run)
     return p
@@ -493,20 +424,33 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Runs ``agentrl serve`` until SIGINT or SIGTERM; returns the exit status."""
     try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as e:
+        print(f"agentrl serve needs {e.name}: pip install 'agentrl[serve]'", file=sys.stderr)
+        return 2
+    try:
+        api_key = None
+        if args.api_key_file:
+            api_key = Path(args.api_key_file).read_text().strip() or None
+            if api_key is None:
+                raise ValueError(f"--api-key-file {args.api_key_file}: the file is empty")
         if args.policy:
             policy = Policy.load(args.policy, device=args.device, dtype=args.dtype)
         else:
             policy = Policy.builtin(device=args.device, dtype=args.dtype, seed=args.seed)
+        name = args.model_name or (Path(args.policy).name if args.policy else "agentrl-builtin")
+        server = CompletionServer(
+            policy,
+            model_name=name,
+            max_batch=args.max_batch,
+            batch_wait_s=args.batch_wait_ms / 1000.0,
+            chat_max_tokens=args.chat_max_tokens,
+            api_key=api_key,
+        )
     except (ValueError, TypeError, OSError) as e:
         print(f"agentrl serve: {e}", file=sys.stderr)
         return 2
-    name = args.model_name or (Path(args.policy).name if args.policy else "agentrl-builtin")
-    server = CompletionServer(
-        policy,
-        model_name=name,
-        max_batch=args.max_batch,
-        batch_wait_s=args.batch_wait_ms / 1000.0,
-    )
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
@@ -518,8 +462,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"agentrl serve: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
             return 1
+        shown = f"[{host}]" if ":" in host else host
         print(
-            f"agentrl serve: listening on http://{host}:{port} (model {name}, {policy!r})",
+            f"agentrl serve: listening on http://{shown}:{port} (model {name}, {policy!r})",
             flush=True,
         )
         await stop.wait()
