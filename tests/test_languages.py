@@ -8,15 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
-from agentrl import Limits, SandboxPool, Status
+from agentrl import ExecResult, Limits, SandboxPool, Status
 from agentrl.evaluation import ErrorClass, Evaluator, IOCase, IOTask, task_from_dict
 from agentrl.languages import (
     LANGUAGES,
     CodeRun,
     CompileCache,
+    Compiled,
     ToolchainMissing,
     UnknownLanguage,
     arun_code,
@@ -473,3 +475,96 @@ def test_io_task_checks_language_and_mode() -> None:
         IOTask("t", "", (IOCase("", ""),), compare="fuzzy")
     assert IOTask("t", "", (IOCase("", ""),), compare="lcb").compare == "livecodebench"
     assert IOTask("t", "", (IOCase("", ""),)).language == "python"
+
+
+# --- the cache alone (no sandbox) ----------------------------------------------------------
+
+
+def _outcome(status: Status = Status.OK, size: int = 10) -> Compiled:
+    r = ExecResult(status=status, exit_code=0 if status is Status.OK else 1)
+    ok = status is Status.OK
+    return Compiled(r, {"main": b"x" * size} if ok else {}, ok)
+
+
+def test_cache_lru_bounds_and_what_is_kept() -> None:
+    cache = CompileCache(max_entries=2, max_bytes=10_000)
+    calls: list[str] = []
+
+    def make(key: str, status: Status = Status.OK, size: int = 10) -> Compiled:
+        out, _ = cache.get_or_compile(key, lambda: calls.append(key) or _outcome(status, size))
+        return out
+
+    make("a"), make("b"), make("a")  # "a" used last: "b" goes first
+    make("c")
+    assert calls == ["a", "b", "c"] and cache.stats()["evictions"] == 1
+    make("a"), make("b")
+    assert calls == ["a", "b", "c", "b"]
+    # A compiler's refusal is kept; a compile stopped by a limit is not.
+    make("err", Status.RUNTIME_ERROR), make("err", Status.RUNTIME_ERROR)
+    make("slow", Status.TIMEOUT), make("slow", Status.TIMEOUT)
+    assert calls.count("err") == 1 and calls.count("slow") == 2
+    # The byte bound: an entry larger than the whole cache is not kept; others make room.
+    make("huge", size=20_000), make("huge", size=20_000)
+    assert calls.count("huge") == 2
+    cache2 = CompileCache(max_entries=100, max_bytes=3000)
+    for k in "pqrs":
+        cache2.get_or_compile(k, lambda: _outcome(size=1000))
+    assert cache2.stats()["bytes"] <= 3000 and len(cache2) == 2
+    cache2.clear()
+    assert len(cache2) == 0 and cache2.stats()["hits"] == 0
+    with pytest.raises(ValueError):
+        CompileCache(max_entries=-1)
+
+
+def test_cache_leader_failure_lets_a_waiter_compile() -> None:
+    cache = CompileCache()
+    started, release = threading.Event(), threading.Event()
+    results: list[tuple[Compiled, bool]] = []
+
+    def failing() -> Compiled:
+        started.set()
+        release.wait(5)
+        raise RuntimeError("pool closed")
+
+    def leader() -> None:
+        with pytest.raises(RuntimeError):
+            cache.get_or_compile("k", failing)
+
+    t1 = threading.Thread(target=leader)
+    t1.start()
+    started.wait(5)
+    t2 = threading.Thread(target=lambda: results.append(cache.get_or_compile("k", _outcome)))
+    t2.start()
+    while cache.stats()["coalesced"] == 0:
+        time.sleep(0.01)
+    release.set()
+    t1.join(5)
+    t2.join(5)
+    assert results and results[0][0].ok and results[0][1] is False  # it compiled itself
+    assert cache.stats()["inflight"] == 0 and len(cache) == 1
+
+
+def test_cache_async_waiter_cancelled_leaves_the_compile() -> None:
+    cache = CompileCache()
+
+    async def main() -> None:
+        gate = asyncio.Event()
+
+        async def slow() -> Compiled:
+            await gate.wait()
+            return _outcome()
+
+        leader = asyncio.create_task(cache.aget_or_compile("k", slow))
+        await asyncio.sleep(0)
+        waiter = asyncio.create_task(cache.aget_or_compile("k", slow))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        gate.set()
+        out, cached = await leader
+        assert out.ok and not cached
+        # A sync caller now hits.
+        assert cache.get_or_compile("k", _outcome)[1] is True
+
+    asyncio.run(main())
