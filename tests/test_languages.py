@@ -278,6 +278,61 @@ def test_c_fork_bomb_is_contained(pool: SandboxPool, clean_host: None) -> None:
     assert r.run is not None and r.run.status is Status.TIMEOUT, r.run.summary()
 
 
+HOSTILE = {
+    (
+        "python",
+        "fork",
+    ): "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    ("python", "memory"): "a = []\nwhile True:\n    a.append(bytearray(1 << 20))\n",
+    ("c", "memory"): (
+        "#include <stdlib.h>\n#include <string.h>\n"
+        "int main(void){for(;;){char*p=malloc(1<<20); if(p) memset(p,1,1<<20);}}\n"
+    ),
+    ("cpp", "fork"): "#include <unistd.h>\nint main(){for(;;) fork();}\n",
+    ("cpp", "memory"): (
+        "#include <string>\n#include <vector>\n"
+        "int main(){std::vector<std::string> v; for(;;) v.emplace_back(1<<20, 'x');}\n"
+    ),
+    ("java", "fork"): (
+        "public class Main { public static void main(String[] a) {\n"
+        " while (true) new Thread(() -> { try { Thread.sleep(100000); }"
+        " catch (Exception e) {} }).start(); } }\n"
+    ),
+    ("nodejs", "fork"): (
+        "const { spawn } = require('child_process');\n"
+        "for (;;) { try { spawn(process.execPath, [__filename]); } catch (e) {} }\n"
+    ),
+    ("nodejs", "memory"): "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));\n",
+    ("bash", "fork"): "bomb() { bomb | bomb & }; bomb; while :; do sleep 1; done\n",
+    ("bash", "memory"): "x=aaaaaaaa; while :; do x=$x$x; done\n",
+    ("perl", "fork"): "fork while 1;\n",
+    ("perl", "memory"): "my @a; push @a, 'x' x (1 << 20) while 1;\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("language", "kind"),
+    [k for k in HOSTILE if LANGUAGES[k[0]].available],
+    ids=lambda v: str(v),
+)
+def test_hostile_program_is_contained(
+    pool: SandboxPool, language: str, kind: str, clean_host: None
+) -> None:
+    lim = RUN.replace(
+        memory_bytes=256 << 20,
+        max_pids=32,
+        wall_time_s=1.0 * TIME_SCALE,
+        cpu_time_s=1.0 * TIME_SCALE,
+    )
+    if language == "java":
+        lim = lim.replace(wall_time_s=3 * TIME_SCALE, cpu_time_s=3 * TIME_SCALE)
+    r = run_code(pool, language, HOSTILE[language, kind], run_limits=lim)
+    assert r.run is not None, r.compile
+    assert r.run.status not in (Status.OK, Status.SANDBOX_ERROR), r.run.summary()
+    if kind == "memory":
+        assert r.run.peak_memory_bytes is None or r.run.peak_memory_bytes <= 2 * lim.memory_bytes
+
+
 @pytest.mark.skipif(not LANGUAGES["java"].available, reason="no JDK under /usr")
 def test_java_memory_bomb_is_contained(pool: SandboxPool, clean_host: None) -> None:
     bomb = (
