@@ -164,7 +164,8 @@ def test_language_verdicts(pool: SandboxPool, language: str, clean_host: None) -
     assert fail.run is not None and fail.run.status is Status.RUNTIME_ERROR
     assert fail.run.exit_code == 3, fail.run.summary()
 
-    slow = run_code(pool, language, code, stdin="loop\n", run_limits=RUN, cache=cache)
+    short = RUN.replace(wall_time_s=1.0 * TIME_SCALE, cpu_time_s=1.0 * TIME_SCALE)
+    slow = run_code(pool, language, code, stdin="loop\n", run_limits=short, cache=cache)
     assert slow.run is not None and slow.run.status is Status.TIMEOUT, slow.run.summary()
 
     if lang.compiled:  # the three runs above compiled once
@@ -337,15 +338,17 @@ def test_hostile_program_is_contained(
 def test_java_memory_bomb_is_contained(pool: SandboxPool, clean_host: None) -> None:
     bomb = (
         "import java.util.*;\npublic class Main { public static void main(String[] a) {\n"
-        " List<long[]> keep = new ArrayList<>(); while (true) keep.add(new long[1 << 20]); } }\n"
+        " List<long[]> keep = new ArrayList<>(); while (true) keep.add(new long[1 << 23]); } }\n"
     )
-    lim = RUN.replace(memory_bytes=256 << 20, wall_time_s=5 * TIME_SCALE, cpu_time_s=5 * TIME_SCALE)
+    lim = RUN.replace(
+        memory_bytes=256 << 20, wall_time_s=10 * TIME_SCALE, cpu_time_s=10 * TIME_SCALE
+    )
     r = run_code(pool, "java", bomb, run_limits=lim)
     assert r.run is not None and not r.run.ok, r
     oom = r.run.status is Status.RUNTIME_ERROR and b"OutOfMemoryError" in r.run.stderr
     assert oom or r.run.status is Status.MEMORY_LIMIT, r.run.summary()
     # The Evaluator names it a memory limit.
-    with Evaluator(pool, timeout=3 * TIME_SCALE) as ev:
+    with Evaluator(pool, timeout=8 * TIME_SCALE) as ev:
         j = ev.judge(IOTask("bomb", "", (IOCase("", "x"),), language="java"), bomb)
     assert j.error_class is ErrorClass.MEMORY_LIMIT, j.feedback
 
