@@ -87,6 +87,16 @@ def _check_limits(model: Any, cfg: ServiceConfig) -> Limits:
         raise BadRequest(str(e)) from None
 
 
+def check_rel_path(where: str, path: str) -> None:
+    """A work-dir path a request names: relative, no ``..``, no NUL (a ``BadRequest``)."""
+    if not path or "\0" in path:
+        raise BadRequest(f"{where}: {path!r} is not a path")
+    if path.startswith("/"):
+        raise BadRequest(f"{where}: {path!r} is absolute; give a path relative to the work dir")
+    if ".." in path.split("/"):
+        raise BadRequest(f"{where}: {path!r} leaves the work dir")
+
+
 def _job_args(job: RunJob, cfg: ServiceConfig) -> tuple[bool, Any, dict[str, Any]]:
     """``(python, argv or source, keywords)`` of one ``/v1/run`` job."""
     if (job.argv is None) == (job.source is None):
@@ -99,8 +109,12 @@ def _job_args(job: RunJob, cfg: ServiceConfig) -> tuple[bool, Any, dict[str, Any
     elif job.stdin_b64 is not None:
         kw["stdin"] = b64decode(job.stdin_b64, "stdin_b64")
     if job.files:
+        for k in job.files:
+            check_rel_path("files", k)
         kw["files"] = {k: b64decode(v, f"files[{k!r}]") for k, v in job.files.items()}
     if job.collect:
+        for k in job.collect:
+            check_rel_path("collect", k)
         kw["collect"] = list(job.collect)
     if job.env is not None:
         kw["env"] = job.env
@@ -121,6 +135,8 @@ def _outcome_json(index: int, fut: asyncio.Future) -> dict[str, Any]:
     e = fut.exception()
     if e is None:
         return {"index": index, "result": ExecResultModel.of(fut.result())}
+    if isinstance(e, (ValueError, TypeError)):  # refused by the core at submission
+        return {"index": index, "result": {"status": "sandbox_error", "error": f"refused: {e}"}}
     return {"index": index, "result": {"status": "sandbox_error", "error": f"{e}"}}
 
 
@@ -234,6 +250,10 @@ def create_app(
         try:
             compile_limits, run_limits = request_limits(req, cfg)
             files = request_files(req)
+            for k in files:
+                check_rel_path("files", k)
+            for k in req.fetch_files:
+                check_rel_path("fetch_files", k)
         except BadRequest as e:
             return _unprocessable(str(e))
         if langs is not None:
@@ -356,8 +376,8 @@ def create_app(
         for i, item in enumerate(req.items):
             try:
                 tasks.append(task_from_dict(item.task, where=f"items[{i}].task"))
-            except (ValueError, TypeError, KeyError, SyntaxError) as e:
-                return _unprocessable(f"items[{i}].task: {e}")
+            except Exception as e:  # the record's own mistake, whatever the loader raised
+                return _unprocessable(f"items[{i}].task: {type(e).__name__}: {e}")
         runs = sum(len(t.cases) if isinstance(t, IOTask) else 1 for t in tasks)
         if runs > adm.limit:
             return _unprocessable(f"the request needs {runs} runs, more than {adm.limit}")
