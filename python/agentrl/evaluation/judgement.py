@@ -19,7 +19,10 @@ class ErrorClass(str, enum.Enum):
     PASSED = "passed"
     """Every check passed."""
     SYNTAX_ERROR = "syntax_error"
-    """The program does not compile."""
+    """The program does not compile (Python: a ``SyntaxError``)."""
+    COMPILE_ERROR = "compile_error"
+    """A compiled language's compile step failed (the compiler's error, or a compile limit);
+    no case ran."""
     RUNTIME_ERROR = "runtime_error"
     """The program raised an exception, exited or was killed by a signal."""
     TIMEOUT = "timeout"

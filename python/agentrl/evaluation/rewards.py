@@ -24,6 +24,7 @@ FORMATS = ("fence", "def", "fence_and_def")
 def _default_error_weights() -> dict[str, float]:
     return {
         "syntax_error": -0.5,
+        "compile_error": -0.5,
         "runtime_error": 0.0,
         "timeout": 0.0,
         "memory_limit": 0.0,
@@ -43,8 +44,8 @@ class RewardConfig:
     """Scale of the correctness term (the reward of a full pass, before the other terms)."""
     error_weights: Mapping[str, float] = field(default_factory=_default_error_weights)
     """Added when the completion failed, by its error class (``Judgement.error_class``:
-    ``syntax_error``, ``runtime_error``, ``timeout``, ``memory_limit``, ``output_limit``,
-    ``wrong_answer``); negative values are penalties. Missing classes add 0."""
+    ``syntax_error``, ``compile_error``, ``runtime_error``, ``timeout``, ``memory_limit``,
+    ``output_limit``, ``wrong_answer``); negative values are penalties. Missing classes add 0."""
     length_penalty: float = 0.0
     """Subtracted per unit of length beyond ``target_length`` (0 disables it)."""
     target_length: int | None = None

@@ -11,7 +11,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+from agentrl.languages.compare import COMPARE_MODES, normalize_mode
+from agentrl.languages.specs import canonical_name
+
 __all__ = [
+    "COMPARE_MODES",
     "FunctionTask",
     "IOCase",
     "IOTask",
@@ -22,8 +26,6 @@ __all__ = [
     "read_jsonl",
     "task_from_dict",
 ]
-
-COMPARE_MODES = ("exact", "whitespace", "float")
 
 
 def _need_str(owner: str, name: str, value: object, *, empty: bool = True) -> None:
@@ -89,10 +91,17 @@ class IOTask:
     cases: tuple[IOCase, ...]
     """The stdin/stdout pairs, each run in its own box."""
     compare: str = "exact"
-    """``"exact"`` (equal up to trailing newlines and CRLF), ``"whitespace"`` (equal token
-    sequences) or ``"float"`` (tokens equal, numbers within ``float_tol``)."""
+    """How stdout is compared with the expected output, one of
+    :data:`agentrl.languages.COMPARE_MODES`: ``"exact"`` (equal up to trailing newlines and
+    CRLF), ``"whitespace"`` (equal token sequences), ``"float"`` (tokens equal, numbers
+    within ``float_tol``), ``"sandboxfusion"``, ``"codecontests"`` or ``"livecodebench"``
+    (those judges' rules, see :mod:`agentrl.languages.compare`); aliases are accepted and
+    stored as the canonical name."""
     float_tol: float = 1e-6
     """Absolute or relative tolerance of ``"float"`` comparisons."""
+    language: str = "python"
+    """The completion's language (a name or alias of :data:`agentrl.languages.LANGUAGES`,
+    stored canonical): compiled once per completion, then run on each case."""
 
     def __post_init__(self) -> None:
         _need_str("IOTask", "task_id", self.task_id)
@@ -107,8 +116,14 @@ class IOTask:
         if not cases:
             raise ValueError("IOTask.cases must not be empty")
         object.__setattr__(self, "cases", cases)
-        if self.compare not in COMPARE_MODES:
-            raise ValueError(f"IOTask.compare must be one of {COMPARE_MODES}, got {self.compare!r}")
+        try:
+            mode = normalize_mode(self.compare)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"IOTask.compare: {e}") from None
+        object.__setattr__(self, "compare", mode)
+        if not isinstance(self.language, str):
+            raise TypeError(f"IOTask.language must be a str, got {type(self.language).__name__}")
+        object.__setattr__(self, "language", canonical_name(self.language))
         tol = self.float_tol
         if isinstance(tol, bool) or not isinstance(tol, (int, float)):
             raise TypeError("IOTask.float_tol must be a number")
@@ -161,7 +176,8 @@ def _mbpp_entry(record: Mapping[str, Any]) -> str:
 def task_from_dict(record: Mapping[str, Any], *, where: str = "task") -> Task:
     """One task from a JSON object: human-eval fields (``prompt``, ``test``,
     ``entry_point``), MBPP fields (``text``, ``code``, ``test_list``) or stdin/stdout fields
-    (``cases`` or ``inputs``/``outputs``, with optional ``compare`` and ``float_tol``)."""
+    (``cases`` or ``inputs``/``outputs``, with optional ``compare``, ``float_tol`` and
+    ``language``)."""
     if not isinstance(record, Mapping):
         raise TypeError(f"{where}: expected a mapping, got {type(record).__name__}")
     tid = str(record.get("task_id", record.get("id", where)))
@@ -189,6 +205,7 @@ def task_from_dict(record: Mapping[str, Any], *, where: str = "task") -> Task:
             cases=tuple(cases),
             compare=str(record.get("compare", "exact")),
             float_tol=float(record.get("float_tol", 1e-6)),
+            language=str(record.get("language") or "python"),
         )
     if "test_list" in record:
         code = record.get("code")
