@@ -100,11 +100,72 @@ PROGRAMS: dict[str, tuple[str, str, str, str, str | None]] = {
         "raise SystemExit(3)",
         None,
     ),
-}
+    "cpp": (
+        "#include <iostream>\nint main() { long long x; std::cin >> x; std::cout << 2 * x << '\\n'; }",
+        "#include <iostream>\nint main() { long long x; std::cin >> x; std::cout << 2 * x + 1 << '\\n'; }",
+        "int main() { volatile unsigned long x = 0; for (;;) x++; }",
+        "#include <cstdlib>\nint main() { std::exit(3); }",
+        "int main() { return undeclared_name; }",
+    ),
+    "java": (
+        "import java.util.*;\npublic class Main { public static void main(String[] a) {\n"
+        "  long x = new Scanner(System.in).nextLong(); System.out.println(2 * x); } }",
+        "import java.util.*;\npublic class Main { public static void main(String[] a) {\n"
+        "  long x = new Scanner(System.in).nextLong(); System.out.println(2 * x + 1); } }",
+        "public class Main { public static void main(String[] a) { long x = 0; while (true) x++; } }",
+        "public class Main { public static void main(String[] a) { System.exit(3); } }",
+        "public class Main { public static void main(String[] a) { int x = \"s\"; } }",
+    ),
+    "nodejs": (
+        "const x = parseInt(require('fs').readFileSync(0, 'utf8')); console.log(2 * x);",
+        "const x = parseInt(require('fs').readFileSync(0, 'utf8')); console.log(2 * x + 1);",
+        "while (true) {}",
+        "process.exit(3);",
+        None,
+    ),
+    "bash": ("read x; echo $((2 * x))", "read x; echo $((2 * x + 1))", "while :; do :; done",
+             "exit 3", None),
+    "go": (
+        'package main\nimport "fmt"\nfunc main() { var x int64; fmt.Scan(&x); fmt.Println(2 * x) }',
+        'package main\nimport "fmt"\nfunc main() { var x int64; fmt.Scan(&x); fmt.Println(2*x + 1) }',
+        "package main\nfunc main() { x := 0; for { x++ } }",
+        'package main\nimport "os"\nfunc main() { os.Exit(3) }',
+        "package main\nfunc main() { undefined() }",
+    ),
+    "rust": (
+        "use std::io::*;\nfn main() { let mut s = String::new(); stdin().read_line(&mut s).unwrap();"
+        " let x: i64 = s.trim().parse().unwrap(); println!(\"{}\", 2 * x); }",
+        "use std::io::*;\nfn main() { let mut s = String::new(); stdin().read_line(&mut s).unwrap();"
+        " let x: i64 = s.trim().parse().unwrap(); println!(\"{}\", 2 * x + 1); }",
+        "fn main() { let mut x: u64 = 0; loop { x = std::hint::black_box(x + 1); } }",
+        "fn main() { std::process::exit(3); }",
+        "fn main() { let x: i32 = \"s\"; }",
+    ),
+    "typescript": (
+        "declare var require: any;\nconst x: number = parseInt(require('fs').readFileSync(0, 'utf8'));"
+        " console.log(2 * x);",
+        "declare var require: any;\nconst x: number = parseInt(require('fs').readFileSync(0, 'utf8'));"
+        " console.log(2 * x + 1);",
+        "while (true) {}",
+        "declare var process: any;\nprocess.exit(3);",
+        "const x: number = 'not a number';",
+    ),
+}  # fmt: skip
 
 
-def _sandboxfusion_languages() -> list[str]:
-    return list(PROGRAMS)
+def _sandboxfusion_languages() -> list[Any]:
+    """Every language of PROGRAMS, skipped (with the server's reason) where this host lacks
+    its toolchain."""
+    from agentrl.languages import ToolchainMissing, resolve_language
+
+    out = []
+    for name in PROGRAMS:
+        try:
+            resolve_language(name)
+            out.append(name)
+        except ToolchainMissing as e:
+            out.append(pytest.param(name, marks=pytest.mark.skip(reason=str(e))))
+    return out
 
 
 @pytest.mark.parametrize("language", _sandboxfusion_languages())
@@ -118,21 +179,48 @@ def test_verl_check_correctness_gives_the_verdicts_verl_expects(
     url = f"{server.url}/t/{TOKEN}/run_code"
     ok, wrong, loop, crash, broken = PROGRAMS[language]
     cases = {"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}
-    t = max(2, int(2 * TIME_SCALE))
+    # verl gives the compile the same time-out as the run; a JVM compiles in about a second
+    t = max(2, int(2 * TIME_SCALE)) if language != "java" else max(5, int(5 * TIME_SCALE))
     results, meta = check_correctness(url, cases, ok, timeout=10, language=language)
     assert results == [True, True], meta
-    results, meta = check_correctness(url, cases, wrong, timeout=10, language=language)
-    assert results == [False, False], meta
-    results, meta = check_correctness(url, cases, loop, timeout=t, language=language)
-    assert results == [-3, -3], meta
-    results, meta = check_correctness(url, cases, crash, timeout=10, language=language)
-    assert results == [-2, -2], meta
+    one = {"inputs": ["4\n"], "outputs": ["8\n"]}  # one case each from here: CI time
+    results, meta = check_correctness(url, one, wrong, timeout=10, language=language)
+    assert results == [False], meta
+    results, meta = check_correctness(url, one, loop, timeout=t, language=language)
+    assert results == [-3], meta
+    results, meta = check_correctness(url, one, crash, timeout=10, language=language)
+    assert results == [-2], meta
     assert meta[0]["exit_code"] == 3
     if broken is not None:
-        results, meta = check_correctness(url, cases, broken, timeout=10, language=language)
-        assert results == [-4, -4], meta
+        results, meta = check_correctness(url, one, broken, timeout=10, language=language)
+        assert results == [-4], meta
         assert meta[0]["compile_status"] == "Finished"
-        assert meta[0]["compile_stderr"]
+        assert meta[0]["compile_stderr"] and meta[0]["api_response"]["run_result"] is None
+
+
+def test_sandboxfusion_names_outside_verls_list(http: Any) -> None:
+    """``c``, ``javascript`` and ``perl`` (names SandboxFusion's users send, not in verl's
+    list) and the missing toolchain's 422 naming what is missing."""
+    from agentrl.languages import LANGUAGES, ToolchainMissing, resolve_language
+
+    for language, code in [
+        ("c", '#include <stdio.h>\nint main(void) { puts("c"); return 0; }'),
+        ("javascript", "console.log('c')"),
+        ("perl", 'print "c\\n";'),
+    ]:
+        body = run_code(http, language=language, code=code)
+        assert body["status"] == "Success" and body["run_result"]["stdout"] == "c\n", body
+        if language == "c":
+            assert body["compile_result"]["status"] == "Finished"
+    for name in LANGUAGES:
+        try:
+            resolve_language(name)
+        except ToolchainMissing as e:
+            r = http.post("/run_code", json={"code": "x", "language": name})
+            assert r.status_code == 422 and e.missing[0] in r.text, r.text
+            break
+    langs = http.get("/v1/languages").json()
+    assert langs["python"]["available"] is True and "nodejs" in langs
 
 
 def test_verl_compute_score_fn_name_wrapper(server: ThreadServer) -> None:

@@ -157,15 +157,6 @@ async def _as_finished(
             f.cancel()
 
 
-def _languages() -> Any:
-    """``agentrl.languages`` (compile+run in every language), or ``None`` before it exists."""
-    try:
-        import agentrl.languages as languages
-    except ImportError:
-        return None
-    return languages
-
-
 def create_app(
     config: ServiceConfig | None = None,
     *,
@@ -179,7 +170,7 @@ def create_app(
     cfg = config or ServiceConfig()
     adm = Admission(cfg.inflight_limit)
     state: dict[str, Any] = {"pool": pool, "evaluator": None, "draining": False}
-    langs = _languages()
+    import agentrl.languages as langs
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -239,6 +230,21 @@ def create_app(
         """SandboxFusion's liveness probe."""
         return "pong"
 
+    @api.get("/v1/languages")
+    async def languages() -> JSONResponse:
+        """Each language: its SandboxFusion names, whether this host can run it (and if not,
+        what is missing)."""
+        out = {}
+        for name, lang in langs.LANGUAGES.items():
+            try:
+                langs.resolve_language(name)
+                entry: dict[str, Any] = {"available": True}
+            except langs.ToolchainMissing as e:
+                entry = {"available": False, "missing": list(e.missing), "detail": str(e)}
+            entry["aliases"] = list(getattr(lang, "aliases", ()))
+            out[name] = entry
+        return JSONResponse(out)
+
     @api.post(
         "/run_code",
         response_model=RunCodeResponse,
@@ -248,7 +254,11 @@ def create_app(
         """SandboxFusion's ``/run_code``: compile (where the language has a compile step) and
         run ``code`` once."""
         try:
-            compile_limits, run_limits = request_limits(req, cfg)
+            lang = langs.resolve_language(req.language)
+        except (langs.UnknownLanguage, langs.ToolchainMissing) as e:
+            return _unprocessable(str(e))
+        try:
+            compile_limits, run_limits = request_limits(req, cfg, lang.compile_limits)
             files = request_files(req)
             for k in files:
                 check_rel_path("files", k)
@@ -256,40 +266,21 @@ def create_app(
                 check_rel_path("fetch_files", k)
         except BadRequest as e:
             return _unprocessable(str(e))
-        if langs is not None:
-            try:
-                langs.resolve_language(req.language)
-            except (langs.UnknownLanguage, langs.ToolchainMissing) as e:
-                return _unprocessable(str(e))
-        elif req.language != "python":
-            return _unprocessable(f"unknown language {req.language!r}; this server runs: python")
         if not adm.try_acquire(1):
             return _busy(cfg, adm)
-        pool_ = state["pool"]
-        stdin = (req.stdin or "").encode()
         try:
-            if langs is not None:
-                cr = await langs.arun_code(
-                    pool_,
-                    req.language,
-                    req.code,
-                    stdin=stdin,
-                    files=files,
-                    fetch_files=req.fetch_files,
-                    compile_limits=compile_limits,
-                    run_limits=run_limits,
-                )
-                body = response_of(cr.compile, cr.run, cr.files, cfg.pod_name)
-            else:
-                r = await pool_.run_python(
-                    req.code,
-                    stdin=stdin,
-                    files=files,
-                    collect=req.fetch_files,
-                    limits=run_limits,
-                )
-                body = response_of(None, r, r.files, cfg.pod_name)
-        except (ValueError, TypeError) as e:  # a bad file path, fetch path, ...
+            cr = await langs.arun_code(
+                state["pool"],
+                req.language,
+                req.code,
+                stdin=(req.stdin or "").encode(),
+                files=files,
+                fetch_files=req.fetch_files,
+                compile_limits=compile_limits,
+                run_limits=run_limits,
+            )
+            body = response_of(cr.compile, cr.run, cr.files, cfg.pod_name)
+        except (ValueError, TypeError, langs.ToolchainMissing) as e:  # a bad path, ...
             return _unprocessable(str(e))
         except (JobFailed, JobExpired, PoolClosed, AgentRLError) as e:
             body = response_of(None, None, {}, cfg.pod_name)

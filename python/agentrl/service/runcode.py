@@ -94,8 +94,14 @@ def response_of(
     }
 
 
-def request_limits(req: RunCodeRequest, cfg: ServiceConfig) -> tuple[Limits, Limits]:
-    """The compile and run :class:`Limits` of a request (422 when out of the server's bounds)."""
+def request_limits(
+    req: RunCodeRequest, cfg: ServiceConfig, compile_base: Limits
+) -> tuple[Limits, Limits]:
+    """The compile and run :class:`Limits` of a request (422 when out of the server's bounds).
+
+    ``memory_limit_MB`` bounds the program's run; the compile keeps the language's own
+    compile memory (``compile_base``: a compiler needs more than most programs) unless the
+    request gives more. Both get the request's timeouts as wall and CPU time."""
     top = cfg.max_limits
     for name, v in (("compile_timeout", req.compile_timeout), ("run_timeout", req.run_timeout)):
         if v > top.wall_time_s:
@@ -115,7 +121,11 @@ def request_limits(req: RunCodeRequest, cfg: ServiceConfig) -> tuple[Limits, Lim
                 f"got {req.memory_limit_MB}"
             )
     base = cfg.default_limits.replace(memory_bytes=mem, max_output_bytes=cfg.max_output_bytes)
-    compile_limits = base.replace(wall_time_s=req.compile_timeout, cpu_time_s=req.compile_timeout)
+    compile_limits = compile_base.replace(
+        wall_time_s=req.compile_timeout,
+        cpu_time_s=req.compile_timeout,
+        memory_bytes=max(compile_base.memory_bytes, mem),
+    )
     run_limits = base.replace(wall_time_s=req.run_timeout, cpu_time_s=req.run_timeout)
     return compile_limits, run_limits
 
