@@ -588,31 +588,72 @@ def test_sigterm_drains_in_flight_jobs_and_loses_none(tmp_path: Path) -> None:
         proc.stdout.close()
 
 
-HOSTILE = {
-    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-    "memory bomb": "x = []\nwhile True:\n    x.append(bytearray(1 << 20))",
-    "escaping daemon": (
-        "import os, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
-        "        time.sleep(600)\n"
-        "print('parent out')"
-    ),
-    "output flood": "import sys\nwhile True:\n    sys.stdout.write('z' * 65536)",
-    "host secret": "print(open(__import__('sys').argv[0]).read()[:0] + open('{secret}').read())",
-}
+HOSTILE: list[tuple[str, str, str]] = [
+    ("python", "fork bomb",
+     "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
+    ("python", "memory bomb", "x = []\nwhile True:\n    x.append(bytearray(1 << 20))"),
+    ("python", "escaping daemon",
+     "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+     "        time.sleep(600)\nprint('parent out')"),
+    ("python", "output flood", "import sys\nwhile True:\n    sys.stdout.write('z' * 65536)"),
+    ("python", "host secret", "print(open('{secret}').read())"),
+    ("c", "fork bomb", "#include <unistd.h>\nint main(void) { for (;;) fork(); }"),
+    ("cpp", "memory bomb",
+     "#include <cstring>\nint main() { for (;;) { char *p = new char[1 << 20]; "
+     "std::memset(p, 1, 1 << 20); } }"),
+    ("cpp", "endless compile",
+     "#define L0(x) x x\n#define L1(x) L0(L0(x))\n#define L2(x) L1(L1(x))\n"
+     "#define L3(x) L2(L2(x))\n#define L4(x) L3(L3(x))\n#define L5(x) L4(L4(x))\n"
+     "int main() { L5(;) }"),
+    ("java", "memory bomb",
+     "import java.util.*;\npublic class Main { public static void main(String[] a) {\n"
+     "  List<long[]> l = new ArrayList<>(); while (true) l.add(new long[1 << 17]); } }"),
+    ("nodejs", "memory bomb", "const a = []; for (;;) a.push(new Array(1e6).fill(1));"),
+    ("bash", "fork bomb", "f() { f | f & }; f"),
+    ("perl", "fork bomb", "fork while 1;"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
+def _hostile_params() -> list[Any]:
+    from agentrl.languages import ToolchainMissing, resolve_language
+
+    out = []
+    for language, name, code in HOSTILE:
+        marks = []
+        try:
+            resolve_language(language)
+        except ToolchainMissing as e:
+            marks = [pytest.mark.skip(reason=str(e))]
+        out.append(pytest.param(language, code, id=f"{language}-{name}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("language", "code"), _hostile_params())
 def test_hostile_programs_are_contained_and_the_host_is_clean(
-    name: str, http: Any, host_secret_file: tuple[Path, str]
+    language: str, code: str, http: Any
 ) -> None:
-    path, secret = host_secret_file
-    code = HOSTILE[name].replace("{secret}", str(path))
-    body = run_code(http, language="python", code=code, run_timeout=3, memory_limit_MB=128)
+    secret = "SECRET-" + os.urandom(12).hex()
+    path = Path("/root") / f"agentrl-secret-{secret[-12:]}"
+    path.write_text(secret + "\n")
+    try:
+        t0 = time.monotonic()
+        body = run_code(
+            http,
+            language=language,
+            code=code.replace("{secret}", str(path)),
+            compile_timeout=3,
+            run_timeout=2,
+            memory_limit_MB=256,
+        )
+        took = time.monotonic() - t0
+    finally:
+        path.unlink()
     assert body["status"] in ("Success", "Failed"), body  # never SandboxError
     assert secret not in json.dumps(body)
+    assert took < 3 + 2 + 10 * TIME_SCALE, took  # bounded by its limits, never a hang
+    cr = body["compile_result"]
+    if cr is not None and (cr["status"] != "Finished" or cr["return_code"] != 0):
+        assert body["status"] == "Failed" and body["run_result"] is None
     assert_host_clean(timeout=5 * TIME_SCALE)
     health = http.get("/health").json()
     assert health["status"] == "ok" and health["inflight"] == 0
