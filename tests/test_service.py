@@ -153,6 +153,27 @@ PROGRAMS: dict[str, tuple[str, str, str, str, str | None]] = {
 }  # fmt: skip
 
 
+def verl_sandbox_fusion() -> Any:
+    """verl's SandboxFusion client module (``verl/utils/reward_score/sandbox_fusion/utils.py``,
+    verl 0.9.1 as installed), loaded from its file: its own imports are requests and the
+    standard library, and importing the ``verl`` package first would cost seconds of torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("verl is not installed")
+    name = "verl_sandbox_fusion_utils"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(spec.submodule_search_locations[0], "utils/reward_score/sandbox_fusion/utils.py")
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    assert mod_spec is not None and mod_spec.loader is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = module
+    mod_spec.loader.exec_module(module)
+    return module
+
+
 def _sandboxfusion_languages() -> list[Any]:
     """Every language of PROGRAMS, skipped (with the server's reason) where this host lacks
     its toolchain."""
@@ -174,8 +195,7 @@ def test_verl_check_correctness_gives_the_verdicts_verl_expects(
 ) -> None:
     """verl's ``check_correctness`` (its SandboxFusion client, unchanged) against the server;
     the token rides in the URL path since verl sends no headers."""
-    from verl.utils.reward_score.sandbox_fusion.utils import check_correctness
-
+    check_correctness = verl_sandbox_fusion().check_correctness
     url = f"{server.url}/t/{TOKEN}/run_code"
     ok, wrong, loop, crash, broken = PROGRAMS[language]
     cases = {"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}
@@ -225,8 +245,7 @@ def test_sandboxfusion_names_outside_verls_list(http: Any) -> None:
 
 def test_verl_compute_score_fn_name_wrapper(server: ThreadServer) -> None:
     """verl's LeetCode-style ``fn_name`` wrapper (JSON arguments on stdin)."""
-    from verl.utils.reward_score.sandbox_fusion.utils import check_correctness
-
+    check_correctness = verl_sandbox_fusion().check_correctness
     url = f"{server.url}/t/{TOKEN}/run_code"
     code = "class Solution:\n    def add(self, a, b):\n        return a + b\n"
     cases = {"inputs": ["1\n2", "[1]\n[2]"], "outputs": ["3", "[1, 2]"], "fn_name": "add"}
@@ -560,7 +579,7 @@ def test_sigterm_drains_in_flight_jobs_and_loses_none(tmp_path: Path) -> None:
                 pass
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
             time.sleep(0.1)
-        payload = {"code": "import time; time.sleep(1.5); print('done')", "language": "python"}
+        payload = {"code": "import time; time.sleep(1.0); print('done')", "language": "python"}
         with ThreadPoolExecutor(4) as ex:
             futs = [
                 ex.submit(httpx.post, url + "/run_code", json=payload, headers=AUTH, timeout=60)
@@ -672,7 +691,7 @@ def test_openapi_fuzz_no_500s_no_hangs(server: ThreadServer) -> None:
     def fuzz(op: Any) -> Any:
         @given(case=op.as_strategy())
         @settings(
-            max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+            max_examples=8, deadline=None, database=None, suppress_health_check=list(HealthCheck)
         )
         def check(case: Any) -> None:
             t0 = time.monotonic()
@@ -688,9 +707,11 @@ def test_openapi_fuzz_no_500s_no_hangs(server: ThreadServer) -> None:
     ops = [op.ok() for op in schema.get_all_operations()]
     assert len(ops) >= 5
     for op in ops:
+        t0 = time.monotonic()
         try:
             fuzz(op)()
         except Exception as e:  # collect every operation's failure
             failures.append(f"{op.method.upper()} {op.path}: {e}")
+        print(f"fuzzed {op.method.upper()} {op.path} in {time.monotonic() - t0:.1f} s")
     assert not failures, "\n".join(failures)
     assert calls[0] >= 3 * len(ops), calls

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
 
 from agentrl._core import __version__
 from agentrl.errors import AgentRLError
@@ -65,6 +66,12 @@ def _busy(cfg: ServiceConfig, adm: Admission) -> JSONResponse:
         status_code=429,
         headers={"Retry-After": str(cfg.retry_after_s)},
     )
+
+
+async def _no_receive() -> dict[str, Any]:
+    """The receive of a fast-path response (the body was read already; a plain response
+    does not listen for a disconnect)."""
+    return {"type": "http.disconnect"}
 
 
 def _unprocessable(detail: str) -> JSONResponse:
@@ -172,6 +179,8 @@ def create_app(
     state: dict[str, Any] = {"pool": pool, "evaluator": None, "draining": False}
     import agentrl.languages as langs
 
+    limits_cache: dict[tuple, tuple[Limits, Limits]] = {}
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = state["pool"] is None
@@ -245,20 +254,13 @@ def create_app(
             out[name] = entry
         return JSONResponse(out)
 
-    @api.post(
-        "/run_code",
-        response_model=RunCodeResponse,
-        responses={422: {"description": "unknown language, missing toolchain, bad limits"}},
-    )
-    async def run_code(req: RunCodeRequest) -> Response:
-        """SandboxFusion's ``/run_code``: compile (where the language has a compile step) and
-        run ``code`` once."""
+    async def run_code_core(req: RunCodeRequest) -> Response:
         try:
             lang = langs.resolve_language(req.language)
         except (langs.UnknownLanguage, langs.ToolchainMissing) as e:
             return _unprocessable(str(e))
         try:
-            compile_limits, run_limits = request_limits(req, cfg, lang.compile_limits)
+            compile_limits, run_limits = request_limits(req, cfg, lang.compile_limits, limits_cache)
             files = request_files(req)
             for k in files:
                 check_rel_path("files", k)
@@ -288,6 +290,31 @@ def create_app(
         finally:
             adm.release(1)
         return JSONResponse(body)
+
+    @api.post(
+        "/run_code",
+        response_model=RunCodeResponse,
+        responses={422: {"description": "unknown language, missing toolchain, bad limits"}},
+    )
+    async def run_code(req: RunCodeRequest) -> Response:
+        """SandboxFusion's ``/run_code``: compile (where the language has a compile step) and
+        run ``code`` once."""
+        return await run_code_core(req)
+
+    async def run_code_fast(scope: Any, body: bytes, send: Any) -> None:
+        """``POST /run_code`` without FastAPI's per-request machinery (the hot path of RL
+        reward calls): the same model, the same handler, FastAPI's 422 shape."""
+        try:
+            req = RunCodeRequest.model_validate_json(body)
+        except ValidationError as e:
+            detail = [
+                {"type": x["type"], "loc": ["body", *x["loc"]], "msg": x["msg"]}
+                for x in e.errors(include_url=False)
+            ]
+            resp: Response = JSONResponse({"detail": detail}, status_code=422)
+        else:
+            resp = await run_code_core(req)
+        await resp(scope, _no_receive, send)
 
     @api.post(
         "/v1/run",
@@ -408,6 +435,6 @@ def create_app(
     async def _http_error(_req: Any, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
-    gate = Gate(api, cfg.token, cfg.max_body_bytes)
+    gate = Gate(api, cfg.token, cfg.max_body_bytes, fast={"/run_code": run_code_fast})
     gate.fastapi = api  # type: ignore[attr-defined]
     return gate

@@ -95,13 +95,22 @@ def response_of(
 
 
 def request_limits(
-    req: RunCodeRequest, cfg: ServiceConfig, compile_base: Limits
+    req: RunCodeRequest,
+    cfg: ServiceConfig,
+    compile_base: Limits,
+    cache: dict[tuple, tuple[Limits, Limits]] | None = None,
 ) -> tuple[Limits, Limits]:
     """The compile and run :class:`Limits` of a request (422 when out of the server's bounds).
 
     ``memory_limit_MB`` bounds the program's run; the compile keeps the language's own
     compile memory (``compile_base``: a compiler needs more than most programs) unless the
-    request gives more. Both get the request's timeouts as wall and CPU time."""
+    request gives more. Both get the request's timeouts as wall and CPU time. ``cache``: a
+    dict (one per server) of the answers so far (most requests repeat a few settings)."""
+    key = (req.compile_timeout, req.run_timeout, req.memory_limit_MB, compile_base)
+    if cache is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
     top = cfg.max_limits
     for name, v in (("compile_timeout", req.compile_timeout), ("run_timeout", req.run_timeout)):
         if v > top.wall_time_s:
@@ -127,6 +136,10 @@ def request_limits(
         memory_bytes=max(compile_base.memory_bytes, mem),
     )
     run_limits = base.replace(wall_time_s=req.run_timeout, cpu_time_s=req.run_timeout)
+    if cache is not None:
+        if len(cache) > 4096:
+            cache.clear()
+        cache[key] = (compile_limits, run_limits)
     return compile_limits, run_limits
 
 
