@@ -460,6 +460,20 @@ def test_auth_refuses_missing_and_wrong_tokens(server: ThreadServer) -> None:
         assert r.status_code == 200 and r.json()["run_result"]["stdout"] == "1\n"
 
 
+def test_trusted_networks_need_no_token() -> None:
+    """A client in ``--trust`` networks (SkyRL's, which cannot send a token) is served without
+    one; the token is still required of the rest."""
+    with pytest.raises(ValueError, match="needs a token"):
+        ServiceConfig(trusted_networks=("10.0.0.0/8",))
+    with pytest.raises(ValueError, match="not a network"):
+        ServiceConfig(token="x" * 16, trusted_networks=("ten",))
+    payload = {"code": "print(5)", "language": "python"}
+    for nets, expect in [(("127.0.0.0/8",), 200), (("10.0.0.0/8",), 401)]:
+        with ThreadServer(ServiceConfig(token=TOKEN, workers=1, trusted_networks=nets)) as s:
+            r = httpx.post(s.url + "/run_code", json=payload, timeout=30)
+            assert r.status_code == expect, r.text
+
+
 def test_no_token_means_loopback_only() -> None:
     from agentrl.cli.main import main
     from agentrl.service.server import check_bind

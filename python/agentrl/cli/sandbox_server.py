@@ -29,6 +29,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="F",
         help="file holding the bearer token every request must carry (required off loopback)",
     )
+    p.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="network whose clients need no token (repeatable; needs --token-file)",
+    )
     p.add_argument("--workers", type=int, default=None, help="sandbox workers (default 2/core)")
     p.add_argument(
         "--max-inflight",
@@ -66,6 +73,7 @@ def run(a: argparse.Namespace) -> int:
             raise ValueError("--processes must be at least 1")
         config = ServiceConfig(
             token=token,
+            trusted_networks=tuple(a.trust),
             workers=a.workers,
             max_inflight=a.max_inflight,
             max_body_bytes=parse_size(a.max_body),

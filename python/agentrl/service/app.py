@@ -435,6 +435,12 @@ def create_app(
     async def _http_error(_req: Any, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
-    gate = Gate(api, cfg.token, cfg.max_body_bytes, fast={"/run_code": run_code_fast})
+    gate = Gate(
+        api,
+        cfg.token,
+        cfg.max_body_bytes,
+        fast={"/run_code": run_code_fast},
+        trusted_networks=cfg.trusted_networks,
+    )
     gate.fastapi = api  # type: ignore[attr-defined]
     return gate

@@ -36,6 +36,11 @@ class ServiceConfig:
     TOKEN``, or the ``/t/TOKEN/...`` path prefix for clients that cannot set headers).
     ``None``: no auth, and :func:`agentrl.service.serve` binds only loopback."""
 
+    trusted_networks: tuple[str, ...] = ()
+    """Networks (CIDR, e.g. ``10.0.0.0/8``) whose clients need no token: for clients that
+    cannot send one (SkyRL's, which builds ``http://HOST:8080/run_code`` itself). Only with a
+    token: the rest of the world still needs it."""
+
     workers: int | None = None
     """Sandbox workers of the pool (boxes running at once); ``None``: two per core."""
 
@@ -77,6 +82,15 @@ class ServiceConfig:
                 raise ValueError("token must be a non-empty string")
             if any(c.isspace() for c in self.token) or "/" in self.token:
                 raise ValueError("token must not contain whitespace or '/'")
+        nets = tuple(self.trusted_networks)
+        object.__setattr__(self, "trusted_networks", nets)
+        for n in nets:
+            try:
+                ipaddress.ip_network(n, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_networks: not a network: {n!r}") from None
+        if nets and self.token is None:
+            raise ValueError("trusted_networks needs a token (without one, all is loopback)")
         for name in ("max_body_bytes", "max_batch", "default_memory_mb", "max_output_bytes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

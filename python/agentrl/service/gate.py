@@ -4,6 +4,7 @@ structured access-log line per request. Pure ASGI (no per-request middleware obj
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import time
@@ -51,11 +52,23 @@ class Gate:
         token: str | None,
         max_body_bytes: int,
         fast: dict[str, Callable[[Scope, bytes, Send], Awaitable[None]]] | None = None,
+        trusted_networks: tuple[str, ...] = (),
     ) -> None:
         self.app = app
+        self.trusted = [ipaddress.ip_network(n, strict=False) for n in trusted_networks]
         self.fast = fast or {}
         self.token = None if token is None else token.encode()
         self.max_body = max_body_bytes
+
+    def _trusted(self, scope: Scope) -> bool:
+        client = scope.get("client")
+        if not self.trusted or not client:
+            return False
+        try:
+            ip = ipaddress.ip_address(client[0])
+        except ValueError:
+            return False
+        return any(ip in net for net in self.trusted)
 
     def _token_ok(self, given: bytes) -> bool:
         assert self.token is not None
@@ -100,7 +113,7 @@ class Gate:
     async def _handle(
         self, scope: Scope, receive: Receive, send: Send, path: str, bytes_in: list[int]
     ) -> None:
-        authorized = self.token is None or path in OPEN_PATHS
+        authorized = self.token is None or path in OPEN_PATHS or self._trusted(scope)
         if path.startswith("/t/"):
             given, _, rest = path[3:].partition("/")
             if self.token is None or not self._token_ok(given.encode()):

@@ -89,6 +89,7 @@ def app_from_env() -> Any:
     d = json.loads(os.environ[_ENV])
     for k in ("default_limits", "max_limits"):
         d[k] = Limits(**d[k])
+    d["trusted_networks"] = tuple(d["trusted_networks"])
     from agentrl.service.app import create_app
 
     return create_app(ServiceConfig(**d))
