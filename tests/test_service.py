@@ -82,6 +82,10 @@ def http(server: ThreadServer) -> Iterator[Any]:
         yield c
 
 
+def server_inflight(server: ThreadServer) -> int:
+    return int(httpx.get(server.url + "/health", timeout=10).json()["inflight"])
+
+
 def run_code(http: Any, **payload: Any) -> dict:
     r = http.post("/run_code", json=payload)
     assert r.status_code == 200, r.text
@@ -433,6 +437,20 @@ def test_v1_judge_gives_partial_credit_and_error_classes(http: Any) -> None:
     assert by[2]["error_class"] == "timeout" and by[2]["n_passed"] == 0
     r = http.post("/v1/judge", json={"items": [{"task": {"inputs": 3}, "completion": ""}]})
     assert r.status_code == 422 and "items[0]" in r.text
+
+
+def test_v1_judge_compiles_once_and_classes_a_compile_error(http: Any) -> None:
+    """A C++ stdin/stdout task (``language``): right on two of three cases, and a program
+    that does not compile is ``compile_error`` on every case."""
+    task = {"task_id": "double", "language": "cpp", "inputs": ["1\n", "2\n", "3\n"],
+            "outputs": ["2\n", "4\n", "7\n"], "compare": "whitespace"}  # fmt: skip
+    good = PROGRAMS["cpp"][0]
+    items = [{"task": task, "completion": good}, {"task": task, "completion": "int main( {"}]
+    r = http.post("/v1/judge", json={"items": items, "stream": False})
+    assert r.status_code == 200, r.text
+    ok, bad = (x["judgement"] for x in r.json()["results"])
+    assert (ok["n_passed"], ok["n_cases"], ok["error_class"]) == (2, 3, "wrong_answer"), ok
+    assert bad["error_class"] == "compile_error" and bad["n_passed"] == 0, bad
 
 
 def test_openapi_document_is_served(http: Any) -> None:

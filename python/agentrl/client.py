@@ -364,7 +364,8 @@ class SandboxClient:
     # --- lifetime ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Closes the connections and stops the client's thread (idempotent)."""
+        """Closes the connections and stops the client's thread (idempotent); futures of
+        requests still in flight are cancelled."""
         with self._lock:
             if self._closed:
                 return
@@ -374,6 +375,12 @@ class SandboxClient:
             return
 
         async def shutdown() -> None:
+            # requests still in flight end cancelled: their futures resolve, none waits forever
+            me = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not me]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
             if self._http is not None:
                 await self._http.aclose()
 

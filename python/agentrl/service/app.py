@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
@@ -145,6 +145,28 @@ def _outcome_json(index: int, fut: asyncio.Future) -> dict[str, Any]:
     if isinstance(e, (ValueError, TypeError)):  # refused by the core at submission
         return {"index": index, "result": {"status": "sandbox_error", "error": f"refused: {e}"}}
     return {"index": index, "result": {"status": "sandbox_error", "error": f"{e}"}}
+
+
+async def _wait_all(futs: Sequence[asyncio.Future], request: Request) -> bool:
+    """Waits for every future; ``False`` (the rest cancelled, their runs killed) if the client
+    went away first."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    everything = asyncio.ensure_future(asyncio.wait(futs))
+    try:
+        await asyncio.wait({watch, everything}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if everything.done():
+        return True
+    everything.cancel()
+    for f in futs:
+        f.cancel()
+    return False
 
 
 async def _as_finished(
@@ -326,7 +348,7 @@ def create_app(
             }
         },
     )
-    async def run(req: RunRequest) -> Response:
+    async def run(req: RunRequest, request: Request) -> Response:
         """Runs a batch of argv or Python jobs; each result is a full verdict."""
         n = len(req.jobs)
         if n > cfg.max_batch or n > adm.limit:
@@ -363,7 +385,8 @@ def create_app(
             adm.release(n - len(futs))
             raise
         if not req.stream:
-            await asyncio.wait(futs)
+            if not await _wait_all(futs, request):
+                return Response(status_code=499)  # nobody is left to read it
             return JSONResponse(
                 {"results": [_outcome_json(i, f)["result"] for i, f in enumerate(futs)]}
             )
@@ -381,7 +404,7 @@ def create_app(
             }
         },
     )
-    async def judge(req: JudgeRequest) -> Response:
+    async def judge(req: JudgeRequest, request: Request) -> Response:
         """Judges completions of tasks: partial credit (``fraction``) and error classes."""
         from agentrl.evaluation import Evaluator
         from agentrl.evaluation.tasks import IOTask, task_from_dict
@@ -420,7 +443,8 @@ def create_app(
             return {"index": i, "judgement": f.result().to_dict()}
 
         if not req.stream:
-            await asyncio.wait(futs)
+            if not await _wait_all(futs, request):
+                return Response(status_code=499)
             return JSONResponse({"results": [record(i, f) for i, f in enumerate(futs)]})
         return StreamingResponse(_as_finished(futs, record), media_type="application/x-ndjson")
 
