@@ -296,7 +296,9 @@ def prepare(
         )
         return _compiled(job, executor.submit(job.argv, **kw).result())
 
-    outcome, cached = (cache or default_cache()).get_or_compile(job.key, compile)
+    outcome, cached = (cache if cache is not None else default_cache()).get_or_compile(
+        job.key, compile
+    )
     return _program(job, outcome, cached)
 
 
@@ -321,7 +323,9 @@ async def aprepare(
         )
         return _compiled(job, await executor.run(job.argv, **kw))
 
-    outcome, cached = await (cache or default_cache()).aget_or_compile(job.key, compile)
+    outcome, cached = await (cache if cache is not None else default_cache()).aget_or_compile(
+        job.key, compile
+    )
     return _program(job, outcome, cached)
 
 
