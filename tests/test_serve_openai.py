@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -470,3 +471,22 @@ def test_close_drains_requests_in_flight(policy: Policy) -> None:
     assert not closer.is_alive()
     (resp,) = answer
     assert resp.status_code == 200 and len(resp.json()["choices"][0]["agentrl"]["token_ids"]) == 6
+
+
+def test_metrics_count_requests_by_route_and_code(server: ServerThread) -> None:
+    """``/metrics`` (Prometheus text) counts this server's requests by route template and code."""
+    ok = httpx.post(server.url + "/v1/completions", json={"prompt": "a", "max_tokens": 2})
+    assert ok.status_code == 200
+    bad = httpx.post(server.url + "/v1/completions", json={"prompt": "a", "max_tokens": -1})
+    assert bad.status_code == 400
+    text = httpx.get(server.url + "/metrics/").text
+    counts = {
+        (m.group(2), m.group(1)): float(m.group(3))
+        for m in re.finditer(
+            r'^agentrl_http_requests_total\{code="(\d+)",[^}]*route="([^"]+)"\} (\S+)',
+            text,
+            re.M,
+        )
+    }
+    assert counts.get(("/v1/completions", "200"), 0) >= 1, text[:2000]
+    assert counts.get(("/v1/completions", "400"), 0) >= 1, text[:2000]

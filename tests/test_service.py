@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -747,3 +748,42 @@ def test_openapi_fuzz_no_500s_no_hangs(server: ThreadServer) -> None:
         print(f"fuzzed {op.method.upper()} {op.path} in {time.monotonic() - t0:.1f} s")
     assert not failures, "\n".join(failures)
     assert calls[0] >= 3 * len(ops), calls
+
+
+def test_metrics_and_traces_of_the_served_pool(tmp_path: Path) -> None:
+    """``/metrics`` counts the service's runs and requests (behind the token), and
+    ``--traces`` records every run, found by ``agentrl traces search``."""
+    from agentrl.observability.traces import search
+
+    traces = tmp_path / "traces"
+    config = ServiceConfig(token=TOKEN, workers=2, traces=str(traces))
+
+    def served(text: str) -> float:  # the counter is the process's: other tests add to it
+        m = re.search(
+            r'^agentrl_http_requests_total\{code="200",method="POST",route="/run_code"\} (\S+)',
+            text,
+            re.M,
+        )
+        return float(m.group(1)) if m else 0.0
+
+    with ThreadServer(config) as s, httpx.Client(base_url=s.url, headers=AUTH, timeout=60) as c:
+        before = served(c.get("/metrics/").text)
+        for i in range(3):
+            assert run_code(c, code=f"print({i})", language="python")["status"] == "Success"
+        for _ in range(2):
+            r = run_code(c, code="while True: pass", language="python", run_timeout=0.5)
+            assert r["run_result"]["status"] == "TimeLimitExceeded", r
+        assert httpx.get(s.url + "/metrics/", timeout=10).status_code == 401
+        text = c.get("/metrics/").text
+    finished = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(
+            r'^agentrl_jobs_finished_total\{[^}]*pool="sandbox-server"[^}]*status="(\w+)"[^}]*\} (\S+)',
+            text,
+            re.M,
+        )
+    }
+    assert finished.get("ok") == 3 and finished.get("timeout") == 2, text[:3000]
+    assert served(text) - before == 5, text[-3000:]
+    found = list(search(traces, "status:timeout"))
+    assert len(found) == 2 and all(r["status"] == "timeout" for r in found), found

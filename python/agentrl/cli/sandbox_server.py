@@ -52,6 +52,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-network", action="store_true", help="let the boxes reach the network (UNSAFE)"
     )
+    p.add_argument(
+        "--traces", metavar="DIR", default=None, help="record a trace of every job in DIR"
+    )
+    p.add_argument("--trace-sink", choices=("jsonl", "sqlite"), default="jsonl", help="trace store")
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     p.set_defaults(func=run)
     return p
@@ -71,6 +75,8 @@ def run(a: argparse.Namespace) -> int:
                 raise ValueError(f"--token-file {a.token_file}: the file is empty")
         if a.processes < 1:
             raise ValueError("--processes must be at least 1")
+        if a.traces is not None and a.processes > 1:
+            raise ValueError("--traces takes one process (a trace store has one writer)")
         config = ServiceConfig(
             token=token,
             trusted_networks=tuple(a.trust),
@@ -80,6 +86,8 @@ def run(a: argparse.Namespace) -> int:
             default_memory_mb=a.memory_mb,
             max_output_bytes=parse_size(a.output),
             allow_network=a.allow_network,
+            traces=a.traces,
+            trace_sink=a.trace_sink,
         )
         check_bind(a.host, config)
     except (ValueError, OSError) as e:

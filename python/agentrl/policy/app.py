@@ -334,7 +334,8 @@ class _Gate:
             await self._reply(send, 413, f"request body over {limit} bytes")
             return
         kept = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-        scope = dict(scope, headers=[*kept, (b"content-type", b"application/json")])
+        # in place, so the route the router matches is seen by the middleware outside
+        scope["headers"] = [*kept, (b"content-type", b"application/json")]
         seen = 0
 
         async def counted_receive() -> Any:  # a chunked body has no Content-Length
@@ -365,6 +366,15 @@ def create_app(server: CompletionServer) -> FastAPI:
         redoc_url=None,
     )
     app.add_middleware(_Gate, api_key=server.api_key, max_body_bytes=server.max_body_bytes)
+    try:  # Prometheus metrics where prometheus_client is installed (the metrics extra)
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        from agentrl.observability.metrics import MetricsMiddleware, asgi_app
+
+        app.add_middleware(MetricsMiddleware)  # outermost: the gate's refusals count too
+        app.mount("/metrics", asgi_app())
 
     @app.exception_handler(RequestError)
     async def _request_error(request: Request, e: RequestError) -> JSONResponse:

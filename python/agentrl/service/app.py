@@ -213,6 +213,7 @@ def create_app(
                 capacity=4 * adm.limit + 64,
                 sandbox={"network": cfg.allow_network, "max_concurrency": 2 * n},
             )
+        tracer = _observe(state["pool"], cfg)
         log.info(
             json.dumps(
                 {
@@ -233,6 +234,8 @@ def create_app(
                 state["evaluator"].close()
             if owned:
                 state["pool"].close()
+            if tracer is not None:
+                tracer.close()
             log.info(json.dumps({"event": "stop", "accepted": adm.accepted}))
 
     api = FastAPI(
@@ -467,4 +470,28 @@ def create_app(
         trusted_networks=cfg.trusted_networks,
     )
     gate.fastapi = api  # type: ignore[attr-defined]
-    return gate
+    try:  # HTTP requests counted by route and status, the gate's refusals included
+        from agentrl.observability.metrics import MetricsMiddleware
+    except ImportError:
+        return gate
+    outer = MetricsMiddleware(gate)
+    outer.fastapi = api  # type: ignore[attr-defined]
+    return outer
+
+
+def _observe(pool: SandboxPool, cfg: ServiceConfig) -> Any:
+    """Exposes the pool's metrics (where ``prometheus_client`` is installed) and records its
+    jobs' traces in ``cfg.traces``; returns the tracer to close after the pool, or None."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        metrics = False
+    else:
+        metrics = True
+    if not metrics and cfg.traces is None:
+        return None
+    from agentrl.observability import observe_pool
+
+    return observe_pool(
+        pool, name="sandbox-server", metrics=metrics, traces=cfg.traces, sink=cfg.trace_sink
+    )

@@ -73,6 +73,13 @@ class ServiceConfig:
     retry_after_s: int = 1
     """The ``Retry-After`` of a 429 (or a 503 while draining)."""
 
+    traces: str | None = None
+    """Directory to record a trace of every sandbox job in (``agentrl traces search`` reads
+    it); ``None``: no traces. With several processes, each writes its own files there."""
+
+    trace_sink: str = "jsonl"
+    """Trace store: ``"jsonl"`` (rotating files) or ``"sqlite"`` (FTS5 full-text search)."""
+
     pod_name: str | None = field(default_factory=lambda: os.environ.get("MY_POD_NAME"))
     """``executor_pod_name`` of ``/run_code`` answers (SandboxFusion reads ``MY_POD_NAME``)."""
 
@@ -95,6 +102,8 @@ class ServiceConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.trace_sink not in ("jsonl", "sqlite"):
+            raise ValueError(f"trace_sink must be 'jsonl' or 'sqlite', got {self.trace_sink!r}")
         for name in ("workers", "max_inflight"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
