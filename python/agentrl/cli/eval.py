@@ -37,6 +37,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--ignore-incomplete", action="store_true", help="score only the attempted problems"
     )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="judge on a Ray cluster (agentrl.distributed.RayPool; 'auto': the local one)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -87,16 +93,26 @@ def run(args: argparse.Namespace) -> int:
         workers = args.workers if args.workers is not None else 2 * (os.cpu_count() or 1)
         judgements: list = []
         start = time.monotonic()
-        scores = evaluate_functional_correctness(
-            args.samples,
-            k=ks,
-            n_workers=workers,
-            timeout=args.timeout,
-            problem_file=problems,
-            ignore_incomplete=args.ignore_incomplete,
-            progress=_Progress(sys.stderr),
-            judgements=judgements,
-        )
+        ray_pool = None
+        if args.ray:
+            from agentrl.distributed import RayPool
+
+            ray_pool = RayPool(workers_per_actor=args.workers, address=args.ray)
+        try:
+            scores = evaluate_functional_correctness(
+                args.samples,
+                k=ks,
+                n_workers=workers,
+                timeout=args.timeout,
+                problem_file=problems,
+                ignore_incomplete=args.ignore_incomplete,
+                progress=_Progress(sys.stderr),
+                judgements=judgements,
+                pool=ray_pool,
+            )
+        finally:
+            if ray_pool is not None:
+                ray_pool.close()
     except (ValueError, ImportError, OSError) as e:
         # The library names its keyword; here the flag is what to use.
         msg = str(e).replace("pass ignore_incomplete=True", "use --ignore-incomplete")

@@ -21,13 +21,45 @@ from typing import Any
 __all__ = ["RayGenerationBackend"]
 
 
+class _ShippedPolicy:
+    """A :class:`Policy` as it travels (its lock and bound methods do not pickle): the model
+    on the CPU, the tokenizer, the version and the stop ids; rebuilt on the replica's device
+    (CUDA where the replica has a GPU)."""
+
+    def __init__(self, policy: Any, device: str | None) -> None:
+        import copy
+
+        with policy.lock:
+            self.model = copy.deepcopy(policy.model).to("cpu")
+        self.tokenizer = policy.tokenizer
+        self.version = policy.version
+        self.dtype = str(policy.dtype).removeprefix("torch.")
+        self.eos_ids = sorted(policy.eos_ids)
+        self.device = device
+
+    def build(self) -> Any:
+        import torch
+
+        from agentrl.policy import Policy
+
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return Policy(
+            self.model,
+            self.tokenizer,
+            device=device,
+            dtype=self.dtype,
+            version=self.version,
+            eos_ids=self.eos_ids,
+        )
+
+
 class _GeneratorActor:
     """Holds one backend on its node (the actor side)."""
 
     def __init__(self, make: Any) -> None:
         from agentrl.policy import LocalBackend, Policy
 
-        backend = make if isinstance(make, Policy) else make()
+        backend = make.build() if isinstance(make, _ShippedPolicy) else make()
         self._backend = LocalBackend(backend) if isinstance(backend, Policy) else backend
         self._version = int(getattr(self._backend, "version", 0) or 0)
 
@@ -68,6 +100,8 @@ class RayGenerationBackend:
     * ``num_cpus``, ``num_gpus``, ``resources``: what each replica holds; with
       ``num_gpus=1`` Ray places them on GPU nodes.
     * ``scheduling_strategy``: a Ray strategy for the replicas (default ``SPREAD``).
+    * ``device``: where a shipped :class:`Policy` runs on its replica (default: CUDA when
+      the replica sees a GPU, else the CPU).
     """
 
     supports_weight_updates = True
@@ -81,6 +115,7 @@ class RayGenerationBackend:
         num_gpus: float = 0,
         resources: Mapping[str, float] | None = None,
         scheduling_strategy: Any = "SPREAD",
+        device: str | None = None,
         start_timeout: float = 120.0,
     ) -> None:
         import ray
@@ -100,7 +135,7 @@ class RayGenerationBackend:
             scheduling_strategy=scheduling_strategy,
             max_concurrency=16,
         )
-        shipped = ray.put(make) if isinstance(make, Policy) else make
+        shipped = _ShippedPolicy(make, device) if isinstance(make, Policy) else make
         self._actors = [cls.remote(shipped) for _ in range(num_replicas)]
         try:
             versions = ray.get([a.version.remote() for a in self._actors], timeout=start_timeout)

