@@ -102,6 +102,82 @@ def _verdict(r: Any) -> tuple[Any, ...]:
     return (r.status, r.exit_code, r.signal, r.stdout if r.status is Status.OK else None)
 
 
+# First, while the module's pool does not hold the sandbox resources yet.
+
+
+def test_train_with_ray_learns_as_local(cluster: Any, tmp_path: Path) -> None:
+    from agentrl.cli.main import main as cli
+
+    common = [
+        "--seed", "0", "--threads", "1", "--rl-threads", "1", "--no-progress",
+        "--families", "arith", "--sft-steps", "60", "--sft-batch-size", "16", "--steps", "3",
+        "--group-size", "4", "--groups-per-step", "4", "--max-staleness", "0",
+        "--eval-every", "0", "--eval-samples", "1", "--final-eval-samples", "1",
+        "--sandbox-workers", "2",
+    ]  # fmt: skip
+    runs = {}
+    for name, extra in (("local", []), ("ray", ["--ray", cluster.address])):
+        out = tmp_path / name
+        assert cli(["train", "--out-dir", str(out), *common, *extra]) == 0
+        runs[name] = json.loads((out / "summary.json").read_text())
+        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        runs[name]["rewards"] = [r["reward_mean"] for r in rows if r.get("event") == "step"]
+    loc, ray_run = runs["local"], runs["ray"]
+    assert len(ray_run["rewards"]) == len(loc["rewards"]) == 3
+    assert ray_run["sandbox_runs"] >= 3 * 16
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert abs(mean(ray_run["rewards"]) - mean(loc["rewards"])) < 0.15, runs
+    assert abs(ray_run["final_pass_rate"] - loc["final_pass_rate"]) < 0.25, runs
+
+
+def test_generation_on_a_ray_actor_with_weights_pushed_mid_run(cluster: Any) -> None:
+    from agentrl.policy import GPTConfig, Policy, SamplingParams
+    from agentrl.rollout.scheduler import RolloutScheduler, SchedulerConfig
+    from agentrl.train import GRPOConfig, GRPOTrainer
+    from agentrl.train.trainer import train_on_scheduler
+
+    class CharEnv:
+        async def reset(self, task: Any) -> str:
+            return str(task)
+
+        async def step(self, g: Any) -> tuple[None, float, bool, dict]:
+            return None, g.text.count("a") / max(1, len(g.text)), True, {}
+
+    tiny = GPTConfig(n_layer=1, n_head=2, d_model=32, max_seq_len=64)
+    pol = Policy.builtin(tiny, device="cpu", seed=0)
+    backend = RayGenerationBackend(pol.copy(), num_cpus=0.5)
+    trainer = GRPOTrainer(pol, GRPOConfig(lr=1e-2))
+    seeds = iter(range(10**6))
+    versions: list[int] = []
+
+    async def generate(eps: list[Any]) -> list[Any]:
+        p = SamplingParams(max_new_tokens=5, seed=next(seeds))
+        gens = await backend.generate([e.observation for e in eps], p)
+        versions.extend(g.version for g in gens)
+        return gens
+
+    async def main() -> list[dict[str, float]]:
+        seen: list[dict[str, float]] = []
+        cfg = SchedulerConfig(batch_size=8, max_staleness=1, max_batch=8)
+        async with RolloutScheduler(generate, lambda t: CharEnv(), config=cfg) as sched:
+            sched.feed(iter(lambda: "b", None), group_size=4)
+            await train_on_scheduler(
+                trainer, sched, backend, steps=3, batch_episodes=8,
+                on_step=lambda m, g: seen.append(m),
+            )  # fmt: skip
+        return seen
+
+    try:
+        seen = asyncio.run(main())
+        assert [m["step"] for m in seen] == [1, 2, 3]
+        assert backend.version == trainer.version == 3
+        assert ray.get(backend._actors[0].version.remote()) == 3
+        assert max(versions) >= 2 and min(versions) == 0  # later batches ran on pushed weights
+        assert backend.nodes()[0] in {n["NodeID"] for n in ray.nodes()}
+    finally:
+        backend.close()
+
+
 def test_is_an_executor_and_stats_per_node(pool: RayPool) -> None:
     assert isinstance(pool, Executor)
     assert pool.workers == 6
@@ -180,79 +256,6 @@ def test_actor_killed_mid_batch_loses_and_duplicates_nothing(pool: RayPool) -> N
     while pool.stats()["actors"] < 3 and time.monotonic() < end:
         time.sleep(0.5)
     assert pool.stats()["actors_replaced"] >= 1  # its resource freed, a new actor took it
-
-
-def test_generation_on_a_ray_actor_with_weights_pushed_mid_run(cluster: Any) -> None:
-    from agentrl.policy import GPTConfig, Policy, SamplingParams
-    from agentrl.rollout.scheduler import RolloutScheduler, SchedulerConfig
-    from agentrl.train import GRPOConfig, GRPOTrainer
-    from agentrl.train.trainer import train_on_scheduler
-
-    class CharEnv:
-        async def reset(self, task: Any) -> str:
-            return str(task)
-
-        async def step(self, g: Any) -> tuple[None, float, bool, dict]:
-            return None, g.text.count("a") / max(1, len(g.text)), True, {}
-
-    tiny = GPTConfig(n_layer=1, n_head=2, d_model=32, max_seq_len=64)
-    pol = Policy.builtin(tiny, device="cpu", seed=0)
-    backend = RayGenerationBackend(pol.copy(), num_cpus=0.5)
-    trainer = GRPOTrainer(pol, GRPOConfig(lr=1e-2))
-    seeds = iter(range(10**6))
-    versions: list[int] = []
-
-    async def generate(eps: list[Any]) -> list[Any]:
-        p = SamplingParams(max_new_tokens=5, seed=next(seeds))
-        gens = await backend.generate([e.observation for e in eps], p)
-        versions.extend(g.version for g in gens)
-        return gens
-
-    async def main() -> list[dict[str, float]]:
-        seen: list[dict[str, float]] = []
-        cfg = SchedulerConfig(batch_size=8, max_staleness=1, max_batch=8)
-        async with RolloutScheduler(generate, lambda t: CharEnv(), config=cfg) as sched:
-            sched.feed(iter(lambda: "b", None), group_size=4)
-            await train_on_scheduler(
-                trainer, sched, backend, steps=3, batch_episodes=8,
-                on_step=lambda m, g: seen.append(m),
-            )  # fmt: skip
-        return seen
-
-    try:
-        seen = asyncio.run(main())
-        assert [m["step"] for m in seen] == [1, 2, 3]
-        assert backend.version == trainer.version == 3
-        assert ray.get(backend._actors[0].version.remote()) == 3
-        assert max(versions) >= 2 and min(versions) == 0  # later batches ran on pushed weights
-        assert backend.nodes()[0] in {n["NodeID"] for n in ray.nodes()}
-    finally:
-        backend.close()
-
-
-def test_train_with_ray_learns_as_local(cluster: Any, tmp_path: Path) -> None:
-    from agentrl.cli.main import main as cli
-
-    common = [
-        "--seed", "0", "--threads", "1", "--rl-threads", "1", "--no-progress",
-        "--families", "arith", "--sft-steps", "60", "--sft-batch-size", "16", "--steps", "3",
-        "--group-size", "4", "--groups-per-step", "4", "--max-staleness", "0",
-        "--eval-every", "0", "--eval-samples", "1", "--final-eval-samples", "1",
-        "--sandbox-workers", "2",
-    ]  # fmt: skip
-    runs = {}
-    for name, extra in (("local", []), ("ray", ["--ray", cluster.address])):
-        out = tmp_path / name
-        assert cli(["train", "--out-dir", str(out), *common, *extra]) == 0
-        runs[name] = json.loads((out / "summary.json").read_text())
-        rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-        runs[name]["rewards"] = [r["reward_mean"] for r in rows if r.get("event") == "step"]
-    loc, ray_run = runs["local"], runs["ray"]
-    assert len(ray_run["rewards"]) == len(loc["rewards"]) == 3
-    assert ray_run["sandbox_runs"] >= 3 * 16
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    assert abs(mean(ray_run["rewards"]) - mean(loc["rewards"])) < 0.15, runs
-    assert abs(ray_run["final_pass_rate"] - loc["final_pass_rate"]) < 0.25, runs
 
 
 _OPS = st.lists(

@@ -284,9 +284,15 @@ class RayPool:
         handles = [self._new_actor(s) for s in self._placements(num_actors, cores_per_actor)]
         try:
             infos = ray.get([h.info.remote() for h in handles], timeout=self._replace_timeout)
-        except BaseException:
+        except BaseException as e:
             for h in handles:
                 ray.kill(h)
+            if isinstance(e, ray.exceptions.GetTimeoutError):
+                raise RuntimeError(
+                    f"{len(handles)} sandbox actors did not start within {self._replace_timeout}"
+                    f" s: the cluster lacks the resources (num_cpus={self._num_cpus}, "
+                    f"{self._resources or 'no custom resources'}) or is busy"
+                ) from None
             raise
         for i, (h, info) in enumerate(zip(handles, infos, strict=True)):
             a = _Actor(h, i, info)
