@@ -272,8 +272,16 @@ _OPS = st.lists(
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
-@given(ops=_OPS)
-def test_property_submit_cancel_kill_keep_exactly_once(pool: RayPool, ops: list) -> None:
+@given(ops=_OPS, kill_at=st.integers(0, 10))
+def test_property_submit_cancel_kill_keep_exactly_once(
+    pool: RayPool, ops: list, kill_at: int
+) -> None:
+    ops = [
+        *ops[:kill_at],
+        ("submit", 8, 0),
+        ("kill", kill_at, 0),
+        *ops[kill_at:],
+    ]  # one kill at least
     ids: list[int] = []
     futs: list[Any] = []
     for op, a, b in ops:
