@@ -180,6 +180,12 @@ def test_generation_on_a_ray_actor_with_weights_pushed_mid_run(cluster: Any) -> 
 
 def test_is_an_executor_and_stats_per_node(pool: RayPool) -> None:
     assert isinstance(pool, Executor)
+    with pytest.raises(ValueError, match="num_actors"):
+        RayPool(num_actors=0)
+    with pytest.raises(ValueError, match="backpressure"):
+        RayPool(backpressure="drop")
+    with pytest.raises(TypeError, match="limits"):
+        RayPool(limits={"wall_time_s": 1})  # type: ignore[arg-type]
     assert pool.workers == 6
     assert pool.submit_python("print(6 * 7)").result(60).stdout == b"42\n"
     s = pool.stats(refresh=True)

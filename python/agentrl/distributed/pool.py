@@ -351,6 +351,11 @@ class RayPool:
             closing = self._closed
             if not closing:
                 self._replacing += 1
+            elif not any(x.alive for x in self._actors) and not self._replacing:
+                # Closing with no actor left to run them: they fail rather than hang close().
+                failed += [(j, f"the sandbox actor died while the pool closed: {err!r}")
+                           for j in self._pending if not j.done]  # fmt: skip
+                self._pending.clear()
         for j, why in failed:
             self._settle(j, JobStatus.FAILED, why)
         with contextlib.suppress(Exception):
