@@ -590,6 +590,34 @@ def test_client_executor_surface_round_robin_and_failover(server: ThreadServer) 
 # --- drain and containment -------------------------------------------------------------------
 
 
+def test_evaluator_judges_through_the_client(server: ThreadServer) -> None:
+    """The client is an ``agentrl.pool.Executor``: the Evaluator judges on the server with it,
+    function tasks and compiled stdin/stdout tasks alike, with the local verdicts."""
+    from agentrl import Evaluator
+    from agentrl.evaluation import IOCase, IOTask, load_humaneval
+    from agentrl.pool import Executor
+
+    problems = load_humaneval()[:6]
+    io = IOTask(
+        "twice",
+        "print twice the input",
+        (IOCase("3\n", "6\n"), IOCase("5\n", "10\n")),
+        language="cpp",
+    )
+    ok_cpp = (
+        "#include <iostream>\nint main() { long x; std::cin >> x; std::cout << 2 * x << '\\n'; }"
+    )
+    bad_cpp = "int main() { return }"
+    with SandboxClient(server.url, token=TOKEN) as client:
+        assert isinstance(client, Executor)
+        with Evaluator(client, timeout=3.0 * TIME_SCALE) as ev:
+            pairs = [(t, t.canonical_solution) for t in problems]
+            pairs += [(problems[0], "    return None\n"), (io, ok_cpp), (io, bad_cpp)]
+            got = ev.judge_many(pairs)
+    assert [j.passed for j in got] == [True] * 6 + [False, True, False], got
+    assert got[6].error_class.value != "passed" and got[8].error_class.value == "compile_error"
+
+
 def test_sigterm_drains_in_flight_jobs_and_loses_none(tmp_path: Path) -> None:
     """A real ``agentrl sandbox-server`` process: SIGTERM while jobs run; each accepted job
     is answered, new connections are refused, and the process exits 0."""

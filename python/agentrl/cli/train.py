@@ -36,6 +36,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="print the config as TOML (what --config reads) and exit",
     )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        dest="ray_address",
+        default=argparse.SUPPRESS,
+        help="run the rewards on a Ray cluster (same as --ray-address)",
+    )
     p.set_defaults(func=run)
     return p
 

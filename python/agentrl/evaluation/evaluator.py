@@ -46,6 +46,7 @@ from agentrl.languages import (
     submit_program,
 )
 from agentrl.languages import prepare as prepare_program
+from agentrl.pool.executor import Executor
 from agentrl.pool.jobs import JobExpired, JobFailed
 from agentrl.pool.pool import SandboxPool
 from agentrl.sandbox.layout import interpreter_layout
@@ -104,7 +105,7 @@ def _prepared(prompt: str, test: str, compiled: bool) -> tuple[str, int]:
     return json.dumps(payload)[1:], max(1, len(texts))
 
 
-def _same_interpreter(pool: SandboxPool) -> bool:
+def _same_interpreter(pool: SandboxPool | Executor) -> bool:
     """Whether the pool's boxes run this very interpreter (then the compiled harness works)."""
     try:
         return interpreter_layout(sys.executable).python == pool.sandbox.python
@@ -212,7 +213,9 @@ def _compile_failed(task: IOTask, program: Program) -> Judgement:
 class Evaluator:
     """Judges completions in sandboxes, with a verdict the candidate cannot forge.
 
-    * ``pool``: a :class:`SandboxPool` to borrow (not closed here); ``None`` creates one with
+    * ``pool``: a :class:`SandboxPool` or any :class:`agentrl.pool.Executor` (a
+      :class:`agentrl.distributed.RayPool`, the sandbox service's client) to borrow (not
+      closed here; judged on the per-run path below); ``None`` creates one with
       ``workers`` workers (default: two per core) whose warm interpreters preload the
       harness. A function task is then judged by a persistent judge (see
       ``agentrl.evaluation._judges``): up to ``workers`` judges, each a warm run serving one
@@ -233,7 +236,7 @@ class Evaluator:
 
     def __init__(
         self,
-        pool: SandboxPool | None = None,
+        pool: SandboxPool | Executor | None = None,
         *,
         workers: int | None = None,
         timeout: float = 3.0,
@@ -261,14 +264,16 @@ class Evaluator:
                 self._pool_args["tracer"] = tracer
             self._pool = SandboxPool(**self._pool_args)
             self._owns_pool = True
-        elif isinstance(pool, SandboxPool):
+        elif isinstance(pool, (SandboxPool, Executor)):  # a RayPool, a SandboxClient
             if workers is not None:
                 raise ValueError("workers applies only to a pool the Evaluator creates")
             self._pool, self._owns_pool = pool, False
-            if tracer is not None:
-                pool.add_observer(tracer)
+            if tracer is not None and callable(getattr(pool, "add_observer", None)):
+                pool.add_observer(tracer)  # a remote executor's runs: its own server's traces
         else:
-            raise TypeError(f"pool must be a SandboxPool, got {type(pool).__name__}")
+            raise TypeError(
+                f"pool must be a SandboxPool or an agentrl.pool.Executor, got {type(pool).__name__}"
+            )
         self._compiled = _same_interpreter(self._pool)
         self._preloaded = self._owns_pool
         self._workers = self._pool.workers
@@ -283,7 +288,7 @@ class Evaluator:
             self._judges = self._new_judges()
 
     @property
-    def pool(self) -> SandboxPool:
+    def pool(self) -> SandboxPool | Executor:
         """The pool the runs go to. In a child made with fork() (a multiprocessing worker, a
         trainer's reward worker), an Evaluator that made its pool makes a new one there on
         first use: the parent's workers stayed in the parent. A borrowed pool refuses jobs

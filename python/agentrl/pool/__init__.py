@@ -4,10 +4,13 @@
 * ``jobs``: what a job hands back (:class:`PoolFuture`, :class:`JobOutcome`,
   :class:`JobStatus`) and how it fails (:class:`JobFailed`, :class:`JobExpired`,
   :class:`PoolFull`, :class:`PoolClosed`).
+* ``executor``: :class:`Executor`, the protocol every job runner satisfies (this pool,
+  :class:`agentrl.distributed.RayPool`, the sandbox service's client).
 * ``engine``: the job table every pool shares: submission, the completion reader that settles
   futures and asyncio awaitables, cancellation, statistics.
 """
 
+from agentrl.pool.executor import Executor
 from agentrl.pool.jobs import (
     JobExpired,
     JobFailed,
@@ -20,6 +23,7 @@ from agentrl.pool.jobs import (
 from agentrl.pool.pool import SandboxPool
 
 __all__ = [
+    "Executor",
     "JobExpired",
     "JobFailed",
     "JobOutcome",

@@ -85,7 +85,8 @@ class RolloutScheduler:
     (observation, reward, done[, info])``, async or plain (a reward of None is *masked*: no
     trustworthy signal, e.g. the sandbox failed; the episode is delivered with
     :attr:`Episode.masked` set and ``info["masked"]`` as its reason, never scored 0); its
-    optional ``close()`` is called at the end. ``pool``: the :class:`SandboxPool` the environments use, for stats.
+    optional ``close()`` is called at the end. ``pool``: the executor the environments use (a :class:`SandboxPool`, a
+    :class:`agentrl.distributed.RayPool`, any :class:`agentrl.pool.Executor`), for stats.
 
     Use it inside a running loop (``async with``), feed tasks with :meth:`submit_group` or
     :meth:`feed`, consume :meth:`groups`. Only the loop thread may call its methods.
@@ -554,6 +555,6 @@ class RolloutScheduler:
         if self.pool is not None:
             ps = self.pool.stats()
             s["pool"] = ps
-            s["jobs_per_sec"] = ps["jobs_per_sec"]
-            s["worker_utilisation"] = ps["utilisation"]
+            s["jobs_per_sec"] = ps.get("jobs_per_sec")  # any Executor: these may be missing
+            s["worker_utilisation"] = ps.get("utilisation")
         return s

@@ -214,6 +214,9 @@ class TrainConfig:
     """Record a trace of every sandbox run and judgement under ``traces/`` of the output
     directory (``agentrl traces search --traces DIR``): ``jsonl``, ``sqlite`` (full-text
     search) or ``none``."""
+    ray_address: str | None = None
+    """Run the rewards on this Ray cluster (``agentrl.distributed.RayPool``, one sandbox actor
+    per node; ``auto``: the running one); None: a local pool."""
 
     # ---- the parts
     grpo: GRPOConfig = field(default_factory=GRPOConfig)

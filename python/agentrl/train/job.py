@@ -236,7 +236,14 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
             seed=seed,
         )
 
-    evaluator = Evaluator(workers=c.sandbox_workers, timeout=c.eval_timeout, tracer=obs.tracer)
+    ray_pool = None
+    if c.ray_address:
+        from agentrl.distributed import RayPool
+
+        ray_pool = RayPool(workers_per_actor=c.sandbox_workers, address=c.ray_address)
+        evaluator = Evaluator(ray_pool, timeout=c.eval_timeout, tracer=obs.tracer)
+    else:
+        evaluator = Evaluator(workers=c.sandbox_workers, timeout=c.eval_timeout, tracer=obs.tracer)
     obs.instrument(evaluator.pool, "train")
     try:
         # ---- (2) the warm start's held-out pass rate
@@ -386,6 +393,8 @@ async def _run(c: TrainConfig, view: ProgressView) -> dict[str, Any]:
         )
     finally:
         evaluator.close()
+        if ray_pool is not None:
+            ray_pool.close()
         train_ex.shutdown(wait=True)
         obs.close()
 
