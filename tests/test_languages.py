@@ -83,6 +83,29 @@ PROGRAMS = {
         "else if (w[0] === 'loop') { for (;;) {} }\n"
         "else process.exit(3);\n"
     ),
+    "go": (
+        'package main\nimport (\n\t"fmt"\n\t"os"\n)\n'
+        "func main() { var c string; var a, b int64; fmt.Scan(&c)\n"
+        ' if c == "add" { fmt.Scan(&a, &b); fmt.Println(a + b); return }\n'
+        ' if c == "loop" { for {} }\n'
+        " os.Exit(3) }\n"
+    ),
+    "rust": (
+        "use std::io::Read;\n"
+        "fn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap();\n"
+        " let w: Vec<&str> = s.split_whitespace().collect();\n"
+        ' if w[0] == "add" { let a: i64 = w[1].parse().unwrap(); let b: i64 = w[2].parse().unwrap();\n'
+        '  println!("{}", a + b); return; }\n'
+        ' if w[0] == "loop" { loop {} }\n'
+        " std::process::exit(3); }\n"
+    ),
+    "typescript": (
+        "declare var require: any;\ndeclare var process: any;\n"
+        "const w: string[] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/);\n"
+        "if (w[0] === 'add') console.log(Number(w[1]) + Number(w[2]));\n"
+        "else if (w[0] === 'loop') { for (;;) {} }\n"
+        "else process.exit(3);\n"
+    ),
     "bash": (
         "read c a b\n"
         "case $c in add) echo $((a + b));; loop) while :; do :; done;; *) exit 3;; esac\n"
@@ -101,6 +124,9 @@ BROKEN = {
     "cpp": "int main() { return undeclared; }\n",
     "java": "public class Main { void f( }\n",
     "nodejs": "function (\n",
+    "go": "package main\nfunc main() { undefined() }\n",
+    "rust": 'fn main() { let x: i32 = "s"; }\n',
+    "typescript": "const x: number = 'not a number';\n",
     "bash": "if then fi\n",
     "perl": "sub {\n",
 }
@@ -304,6 +330,29 @@ HOSTILE = {
         "for (;;) { try { spawn(process.execPath, [__filename]); } catch (e) {} }\n"
     ),
     ("nodejs", "memory"): "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));\n",
+    ("go", "fork"): (
+        'package main\nimport (\n\t"os"\n\t"os/exec"\n)\n'
+        "func main() { for { _ = exec.Command(os.Args[0]).Start() } }\n"
+    ),
+    ("go", "memory"): (
+        "package main\nfunc main() { var keep [][]byte\n"
+        " for { b := make([]byte, 1<<20); for i := range b { b[i] = 1 }; keep = append(keep, b) } }\n"
+    ),
+    (
+        "rust",
+        "fork",
+    ): 'extern "C" { fn fork() -> i32; }\nfn main() { loop { unsafe { fork(); } } }\n',
+    ("rust", "memory"): (
+        "fn main() { let mut keep: Vec<Vec<u8>> = Vec::new(); loop { keep.push(vec![1u8; 1 << 20]); } }\n"
+    ),
+    ("typescript", "fork"): (
+        "declare var require: any;\ndeclare var process: any;\ndeclare var __filename: string;\n"
+        "const { spawn } = require('child_process');\n"
+        "for (;;) { try { spawn(process.execPath, [__filename]); } catch (e) {} }\n"
+    ),
+    ("typescript", "memory"): (
+        "declare var Buffer: any;\nconst a: any[] = [];\nfor (;;) a.push(Buffer.alloc(1 << 20, 1));\n"
+    ),
     ("bash", "fork"): "bomb() { bomb | bomb & }; bomb; while :; do sleep 1; done\n",
     ("bash", "memory"): "x=aaaaaaaa; while :; do x=$x$x; done\n",
     ("perl", "fork"): "fork while 1;\n",
