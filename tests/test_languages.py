@@ -100,8 +100,9 @@ PROGRAMS = {
         " std::process::exit(3); }\n"
     ),
     "typescript": (
-        "declare var require: any;\ndeclare var process: any;\n"
-        "const w: string[] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/);\n"
+        # as written for tsx: no declarations (agentrl-node.d.ts declares Node's globals)
+        'import * as fs from "fs";\n'
+        "const w: string[] = fs.readFileSync(0, 'utf8').trim().split(/\\s+/);\n"
         "if (w[0] === 'add') console.log(Number(w[1]) + Number(w[2]));\n"
         "else if (w[0] === 'loop') { for (;;) {} }\n"
         "else process.exit(3);\n"
