@@ -516,13 +516,23 @@ def test_missing_toolchain_is_reported(pool: SandboxPool, monkeypatch: pytest.Mo
     assert resolve_language("cpp").name == "cpp"
 
 
-def test_rustup_toolchain_outside_usr_is_named() -> None:
+def test_rustup_toolchain_outside_usr_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     cargo = "/root/.cargo/bin/rustc"
-    if LANGUAGES["rust"].available or not os.path.exists(cargo):
-        pytest.skip("rustc is usable here, or there is no rustup toolchain to name")
-    with pytest.raises(ToolchainMissing) as e:
-        resolve_language("rust")
-    assert e.value.missing == ("rustc",) and cargo in e.value.detail
+    if not os.path.exists(cargo):
+        pytest.skip("there is no rustup toolchain to name")
+    # Where /usr/bin/rustc is installed too, it is the one used; hide it to see rustup's named.
+    monkeypatch.setattr(toolchain_mod, "SEARCH_PATH", (os.path.dirname(cargo),))
+    monkeypatch.setenv("PATH", os.path.dirname(cargo))
+    toolchain_mod.refresh()
+    try:
+        with pytest.raises(ToolchainMissing) as e:
+            resolve_language("rust")
+        assert e.value.missing == ("rustc",) and cargo in e.value.detail
+    finally:
+        monkeypatch.undo()
+        toolchain_mod.refresh()
+    if os.path.exists("/usr/bin/rustc"):  # rustup's comes first on PATH; /usr's is chosen
+        assert LANGUAGES["rust"].toolchain().paths["rustc"].startswith("/usr/")
 
 
 def test_bad_arguments(pool: SandboxPool) -> None:
