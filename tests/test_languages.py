@@ -83,6 +83,30 @@ PROGRAMS = {
         "else if (w[0] === 'loop') { for (;;) {} }\n"
         "else process.exit(3);\n"
     ),
+    "go": (
+        'package main\nimport (\n\t"fmt"\n\t"os"\n)\n'
+        "func main() { var c string; var a, b int64; fmt.Scan(&c)\n"
+        ' if c == "add" { fmt.Scan(&a, &b); fmt.Println(a + b); return }\n'
+        ' if c == "loop" { for {} }\n'
+        " os.Exit(3) }\n"
+    ),
+    "rust": (
+        "use std::io::Read;\n"
+        "fn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap();\n"
+        " let w: Vec<&str> = s.split_whitespace().collect();\n"
+        ' if w[0] == "add" { let a: i64 = w[1].parse().unwrap(); let b: i64 = w[2].parse().unwrap();\n'
+        '  println!("{}", a + b); return; }\n'
+        ' if w[0] == "loop" { loop {} }\n'
+        " std::process::exit(3); }\n"
+    ),
+    "typescript": (
+        # as written for tsx: no declarations (agentrl-node.d.ts declares Node's globals)
+        'import * as fs from "fs";\n'
+        "const w: string[] = fs.readFileSync(0, 'utf8').trim().split(/\\s+/);\n"
+        "if (w[0] === 'add') console.log(Number(w[1]) + Number(w[2]));\n"
+        "else if (w[0] === 'loop') { for (;;) {} }\n"
+        "else process.exit(3);\n"
+    ),
     "bash": (
         "read c a b\n"
         "case $c in add) echo $((a + b));; loop) while :; do :; done;; *) exit 3;; esac\n"
@@ -101,6 +125,9 @@ BROKEN = {
     "cpp": "int main() { return undeclared; }\n",
     "java": "public class Main { void f( }\n",
     "nodejs": "function (\n",
+    "go": "package main\nfunc main() { undefined() }\n",
+    "rust": 'fn main() { let x: i32 = "s"; }\n',
+    "typescript": "const x: number = 'not a number';\n",
     "bash": "if then fi\n",
     "perl": "sub {\n",
 }
@@ -304,6 +331,29 @@ HOSTILE = {
         "for (;;) { try { spawn(process.execPath, [__filename]); } catch (e) {} }\n"
     ),
     ("nodejs", "memory"): "const a = []; for (;;) a.push(Buffer.alloc(1 << 20, 1));\n",
+    ("go", "fork"): (
+        'package main\nimport (\n\t"os"\n\t"os/exec"\n)\n'
+        "func main() { for { _ = exec.Command(os.Args[0]).Start() } }\n"
+    ),
+    ("go", "memory"): (
+        "package main\nfunc main() { var keep [][]byte\n"
+        " for { b := make([]byte, 1<<20); for i := range b { b[i] = 1 }; keep = append(keep, b) } }\n"
+    ),
+    (
+        "rust",
+        "fork",
+    ): 'extern "C" { fn fork() -> i32; }\nfn main() { loop { unsafe { fork(); } } }\n',
+    ("rust", "memory"): (
+        "fn main() { let mut keep: Vec<Vec<u8>> = Vec::new(); loop { keep.push(vec![1u8; 1 << 20]); } }\n"
+    ),
+    ("typescript", "fork"): (
+        "declare var require: any;\ndeclare var process: any;\ndeclare var __filename: string;\n"
+        "const { spawn } = require('child_process');\n"
+        "for (;;) { try { spawn(process.execPath, [__filename]); } catch (e) {} }\n"
+    ),
+    ("typescript", "memory"): (
+        "declare var Buffer: any;\nconst a: any[] = [];\nfor (;;) a.push(Buffer.alloc(1 << 20, 1));\n"
+    ),
     ("bash", "fork"): "bomb() { bomb | bomb & }; bomb; while :; do sleep 1; done\n",
     ("bash", "memory"): "x=aaaaaaaa; while :; do x=$x$x; done\n",
     ("perl", "fork"): "fork while 1;\n",
@@ -466,13 +516,23 @@ def test_missing_toolchain_is_reported(pool: SandboxPool, monkeypatch: pytest.Mo
     assert resolve_language("cpp").name == "cpp"
 
 
-def test_rustup_toolchain_outside_usr_is_named() -> None:
+def test_rustup_toolchain_outside_usr_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     cargo = "/root/.cargo/bin/rustc"
-    if LANGUAGES["rust"].available or not os.path.exists(cargo):
-        pytest.skip("rustc is usable here, or there is no rustup toolchain to name")
-    with pytest.raises(ToolchainMissing) as e:
-        resolve_language("rust")
-    assert e.value.missing == ("rustc",) and cargo in e.value.detail
+    if not os.path.exists(cargo):
+        pytest.skip("there is no rustup toolchain to name")
+    # Where /usr/bin/rustc is installed too, it is the one used; hide it to see rustup's named.
+    monkeypatch.setattr(toolchain_mod, "SEARCH_PATH", (os.path.dirname(cargo),))
+    monkeypatch.setenv("PATH", os.path.dirname(cargo))
+    toolchain_mod.refresh()
+    try:
+        with pytest.raises(ToolchainMissing) as e:
+            resolve_language("rust")
+        assert e.value.missing == ("rustc",) and cargo in e.value.detail
+    finally:
+        monkeypatch.undo()
+        toolchain_mod.refresh()
+    if os.path.exists("/usr/bin/rustc"):  # rustup's comes first on PATH; /usr's is chosen
+        assert LANGUAGES["rust"].toolchain().paths["rustc"].startswith("/usr/")
 
 
 def test_bad_arguments(pool: SandboxPool) -> None:

@@ -142,7 +142,7 @@ PROGRAMS: dict[str, tuple[str, str, str, str, str | None]] = {
         " let x: i64 = s.trim().parse().unwrap(); println!(\"{}\", 2 * x); }",
         "use std::io::*;\nfn main() { let mut s = String::new(); stdin().read_line(&mut s).unwrap();"
         " let x: i64 = s.trim().parse().unwrap(); println!(\"{}\", 2 * x + 1); }",
-        "fn main() { let mut x: u64 = 0; loop { x = std::hint::black_box(x + 1); } }",
+        "fn main() { loop {} }",
         "fn main() { std::process::exit(3); }",
         "fn main() { let x: i32 = \"s\"; }",
     ),
@@ -204,8 +204,10 @@ def test_verl_check_correctness_gives_the_verdicts_verl_expects(
     url = f"{server.url}/t/{TOKEN}/run_code"
     ok, wrong, loop, crash, broken = PROGRAMS[language]
     cases = {"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}
-    # verl gives the compile the same time-out as the run; a JVM compiles in about a second
-    t = max(2, int(2 * TIME_SCALE)) if language != "java" else max(5, int(5 * TIME_SCALE))
+    # verl gives the compile the same time-out as the run; javac, rustc -O and tsc take one
+    # to two seconds of CPU (tsc loads its lib .d.ts files), more on a loaded host
+    slow = language in ("java", "rust", "typescript")
+    t = max(5, int(5 * TIME_SCALE)) if slow else max(2, int(2 * TIME_SCALE))
     results, meta = check_correctness(url, cases, ok, timeout=10, language=language)
     assert results == [True, True], meta
     one = {"inputs": ["4\n"], "outputs": ["8\n"]}  # one case each from here: CI time

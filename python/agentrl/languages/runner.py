@@ -197,8 +197,11 @@ def _plan(
     assert lang.compile is not None
     argv = _expand(lang.compile, tools, subs)
     limits = compile_limits or lang.compile_limits
-    box_files = {**files, src: code.encode("utf-8", "surrogateescape")}
-    key = compile_key(lang.name, argv, lang.toolchain().fingerprint, code, files, lang.compile_env)
+    support = {name: text.encode() for name, text in lang.support_files}
+    box_files = {**files, **support, src: code.encode("utf-8", "surrogateescape")}
+    key = compile_key(
+        lang.name, argv, lang.toolchain().fingerprint, code, {**files, **support}, lang.compile_env
+    )
     return _CompileJob(
         lang, argv, box_files, limits, dict(lang.compile_env), key, subs, tools, files
     )
