@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -278,6 +279,35 @@ def test_actor_killed_mid_batch_loses_and_duplicates_nothing(pool: RayPool) -> N
     while pool.stats()["actors"] < 3 and time.monotonic() < end:
         time.sleep(0.5)
     assert pool.stats()["actors_replaced"] >= 1  # its resource freed, a new actor took it
+
+
+def test_metrics_aggregate_the_cluster_pool(pool: RayPool) -> None:
+    """Prometheus sees a RayPool as one pool: totals, faults (the actor the test above
+    killed) and each node's share."""
+    pytest.importorskip("prometheus_client")
+    from agentrl.observability.metrics import instrument, render, unregister_stats
+
+    instrument(pool, "cluster")
+    try:
+        s = pool.stats(refresh=True)
+        text = render()[0].decode()
+    finally:
+        unregister_stats("cluster")
+
+    def value(metric: str) -> float:
+        m = re.search(rf'^{metric}\{{pool="cluster"\}} (\S+)', text, re.M)
+        assert m, (metric, text[:3000])
+        return float(m.group(1))
+
+    assert value("agentrl_pool_actors_lost_total") == s["actors_lost"] >= 1
+    assert value("agentrl_pool_infra_retries_total") == s["infra_retries"] >= 1
+    assert value("agentrl_pool_jobs_submitted_total") == s["submitted"]
+    assert value("agentrl_pool_workers") == s["workers"]
+    nodes = re.findall(
+        r'^agentrl_pool_node_actors\{node="([^"]+)",pool="cluster"\} (\S+)', text, re.M
+    )
+    assert {n for n, _ in nodes} == set(s["nodes"]), text[:3000]
+    assert sum(float(v) for _, v in nodes) == s["actors"]
 
 
 _OPS = st.lists(

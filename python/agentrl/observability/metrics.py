@@ -80,6 +80,18 @@ SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "agentrl_pool_workers_alive": (G, "Worker threads alive.", ("pool",)),
     "agentrl_pool_utilisation_ratio": (G, "Fraction of worker time spent running jobs.",
                                        ("pool",)),
+    # a pool across a cluster (agentrl.distributed.RayPool)
+    "agentrl_pool_infra_retries": (
+        C, "Jobs re-run elsewhere after the node or actor running them was lost.", ("pool",)),
+    "agentrl_pool_actors": (G, "Sandbox actors alive.", ("pool",)),
+    "agentrl_pool_actors_lost": (C, "Sandbox actors lost (died or their node left).", ("pool",)),
+    "agentrl_pool_actors_replaced": (C, "Sandbox actors started in place of lost ones.",
+                                     ("pool",)),
+    "agentrl_pool_node_actors": (G, "Sandbox actors alive on a node.", ("pool", "node")),
+    "agentrl_pool_node_jobs_delivered": (C, "Jobs a node's actors have delivered.",
+                                         ("pool", "node")),
+    "agentrl_pool_node_jobs_running": (G, "Jobs running on a node.", ("pool", "node")),
+    "agentrl_pool_node_workers": (G, "Sandbox workers on a node.", ("pool", "node")),
     "agentrl_sandbox_slots": (G, "Box slots of the pool's sandbox.", ("pool",)),
     "agentrl_sandbox_warm_interpreters": (
         G, "Warm interpreter slots of the pool's sandbox (0 when warm runs are off).", ("pool",)),
@@ -277,6 +289,20 @@ def _pool_metrics(fams: _Families, name: str, s: Mapping[str, Any], obj: Any) ->
     fams.add("agentrl_pool_workers", p, _num(s.get("workers")))
     fams.add("agentrl_pool_workers_alive", p, _num(s.get("workers_alive", s.get("workers"))))
     fams.add("agentrl_pool_utilisation_ratio", p, _num(s.get("utilisation")))
+    if "actors" in s:  # a pool across a cluster: its faults and each node's share
+        fams.add("agentrl_pool_infra_retries", p, _num(s.get("infra_retries")))
+        fams.add("agentrl_pool_actors", p, _num(s.get("actors")))
+        fams.add("agentrl_pool_actors_lost", p, _num(s.get("actors_lost")))
+        fams.add("agentrl_pool_actors_replaced", p, _num(s.get("actors_replaced")))
+        nodes = s.get("nodes")
+        for node, n in nodes.items() if isinstance(nodes, Mapping) else ():
+            if not isinstance(n, Mapping):
+                continue
+            q = [name, str(node)]
+            fams.add("agentrl_pool_node_actors", q, _num(n.get("actors")))
+            fams.add("agentrl_pool_node_jobs_delivered", q, _num(n.get("delivered")))
+            fams.add("agentrl_pool_node_jobs_running", q, _num(n.get("running")))
+            fams.add("agentrl_pool_node_workers", q, _num(n.get("workers")))
     sb = getattr(obj, "sandbox", None)
     inner = getattr(sb, "_inner", None)
     slots = getattr(inner, "slots", None)
