@@ -11,6 +11,10 @@ outcome is settled once, under a lock, so each job gets exactly one terminal res
 a dead actor's work is redone. A program's own failure (timeout, memory limit, nonzero exit)
 is a completed job and is never retried. A replacement actor is started for each lost one and
 joins when Ray can place it.
+
+This module is long because the driver settles every job exactly once under one lock:
+batching, the long polls, re-runs of a lost actor's jobs and replacements all change that
+one state, and keeping them together keeps the invariant readable.
 """
 
 from __future__ import annotations
@@ -30,14 +34,14 @@ from typing import Any
 from agentrl.distributed.actor import SandboxActor, WireJob
 from agentrl.pool.engine import percentiles
 from agentrl.pool.jobs import (
-    _SCHED_KEYS,
+    SCHED_KEYS,
     JobExpired,
     JobFailed,
     JobOutcome,
     JobStatus,
     PoolClosed,
     PoolFull,
-    _schedule,
+    schedule_args,
 )
 from agentrl.sandbox.args import check_int, env_pairs, file_list, python_files, run_args
 from agentrl.sandbox.limits import Limits
@@ -503,7 +507,7 @@ class RayPool:
             raise PoolClosed("the pool belongs to the parent process")
 
     def _make(self, main: Any, python: bool, kw: Mapping[str, Any]) -> _Job:
-        unknown = set(kw) - _RUN_KEYS - _SCHED_KEYS
+        unknown = set(kw) - _RUN_KEYS - SCHED_KEYS
         if python and "cwd" in kw:
             unknown.add("cwd")
         if unknown:
@@ -517,7 +521,7 @@ class RayPool:
         file_list(kw.get("files"))
         env_pairs("env", kw.get("env"))
         run_args(argv, kw.get("stdin"), kw.get("collect", ()), kw.get("limits"), kw.get("cwd"))
-        group, priority, rel = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
+        group, priority, rel = schedule_args(**{k: kw[k] for k in SCHED_KEYS if k in kw})
         run_kw = {k: v for k, v in kw.items() if k in _RUN_KEYS and v is not None}
         if group:
             run_kw["group"] = group

@@ -1,4 +1,8 @@
-"""The :class:`Evaluator`: judges completions of tasks in sandboxes on a pool."""
+"""The :class:`Evaluator`: judges completions of tasks in sandboxes on a pool.
+
+This module is long because the :class:`Evaluator` is one class with three judging paths
+(persistent judges, one run per task, compiled languages) that share its lock, its fork
+handling and its tracing; splitting the class would split that state."""
 
 from __future__ import annotations
 

@@ -12,6 +12,9 @@ Serving: :func:`asgi_app` (mount at ``/metrics`` of an ASGI app), :func:`start_h
 (a thread, for ``agentrl train --metrics-port``), :class:`MetricsMiddleware` (HTTP requests
 of a service). :func:`metric_names` lists every series name agentrl can expose (the dashboard
 and alert rules are checked against it).
+
+This module is long because the metric table (:data:`SPECS`) and the collectors that fill it
+stay together: it is the one catalogue the dashboard and the alert rules are checked against.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from agentrl.policy.protocol import (
     ModelList,
 )
 from agentrl.policy.sampling import Generation, SamplingParams
-from agentrl.policy.server import RequestError, error_body, sse
 from agentrl.policy.streaming import TextStream
+from agentrl.policy.wire import RequestError, error_body, sse
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -35,19 +35,19 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentrl.policy.policy import Policy
 from agentrl.policy.sampling import Generation, SamplingParams
+from agentrl.policy.wire import RequestError
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -64,23 +64,6 @@ def run_loop(main: Coroutine[Any, Any, _T]) -> _T:
     except ModuleNotFoundError:
         return asyncio.run(main)
     return uvloop.run(main)
-
-
-class RequestError(ValueError):
-    """A client error: answered with HTTP ``status`` and an OpenAI-style error object."""
-
-    def __init__(self, message: str, *, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
-
-
-def error_body(message: str, *, status: int, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error object for HTTP ``status``."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    if status == 404:
-        kind = "not_found_error"
-    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
 @dataclass
@@ -312,13 +295,6 @@ def _uvicorn_class() -> type:
             yield
 
     return Server
-
-
-async def sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    """Server-sent events: ``data: {json}\\n\\n`` per event, then ``data: [DONE]\\n\\n``."""
-    async for ev in events:
-        yield b"data: " + json.dumps(ev, separators=(",", ":")).encode() + b"\n\n"
-    yield b"data: [DONE]\n\n"
 
 
 class ServerThread:

@@ -4,6 +4,9 @@ Jobs run on the Rust scheduler's worker threads (no GIL). Results come back thro
 eventfd: an asyncio loop watches it with ``loop.add_reader`` (default loop and uvloop alike),
 and ``concurrent.futures`` users get a dispatcher thread that sleeps in ``poll(2)`` on it. No
 thread polls on a timer and nothing spins. :class:`agentrl.SandboxPool` is the public pool.
+
+This module is long because routing, the futures, the asyncio bridge and the observers'
+hooks all work on one lock-protected table of jobs.
 """
 
 from __future__ import annotations

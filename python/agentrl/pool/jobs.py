@@ -137,7 +137,7 @@ class PoolJob:
     the pool has observers, never read by the core."""
 
 
-def _schedule(
+def schedule_args(
     group: int = 0,
     priority: int = 0,
     deadline: float | None = None,
@@ -166,4 +166,4 @@ def _schedule(
     return group, priority, rel
 
 
-_SCHED_KEYS = frozenset({"group", "priority", "deadline", "deadline_at"})
+SCHED_KEYS = frozenset({"group", "priority", "deadline", "deadline_at"})

@@ -15,7 +15,7 @@ from agentrl import _core
 from agentrl.pool.engine import _JobPool
 from agentrl.pool.jobs import (
     _OUTCOME,
-    _SCHED_KEYS,
+    SCHED_KEYS,
     JobExpired,
     JobFailed,
     JobOutcome,
@@ -24,7 +24,7 @@ from agentrl.pool.jobs import (
     PoolFull,
     PoolFuture,
     PoolJob,
-    _schedule,
+    schedule_args,
 )
 from agentrl.sandbox.args import (
     check_int,
@@ -167,7 +167,7 @@ class SandboxPool(_JobPool):
         return r
 
     def _item(self, argv: Any, python: bool, kw: Mapping[str, Any]) -> PoolJob:
-        unknown = set(kw) - _RUN_KEYS - _SCHED_KEYS
+        unknown = set(kw) - _RUN_KEYS - SCHED_KEYS
         if python and "cwd" in kw:
             unknown.add("cwd")
         if not python and "pass_fds" in kw:
@@ -188,7 +188,7 @@ class SandboxPool(_JobPool):
         cwd = kw.get("cwd")
         args, data, names = run_args(argv, kw.get("stdin"), kw.get("collect", ()), limits, cwd)
         relocate_argv0(args, getattr(self._sandbox, "_relocated", ()))
-        group, priority, deadline = _schedule(**{k: kw[k] for k in _SCHED_KEYS if k in kw})
+        group, priority, deadline = schedule_args(**{k: kw[k] for k in SCHED_KEYS if k in kw})
         request = RunRequest(
             args, data, file_list(files), names, limits, cwd, env, warm=warm, pass_fds=fds
         )

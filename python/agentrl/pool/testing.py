@@ -9,7 +9,7 @@ from typing import Any
 
 from agentrl import _core
 from agentrl.pool.engine import _JobPool
-from agentrl.pool.jobs import _OUTCOME, PoolFuture, _schedule
+from agentrl.pool.jobs import _OUTCOME, PoolFuture, schedule_args
 
 __all__: list[str] = []
 
@@ -32,7 +32,7 @@ class _TestPool(_JobPool):
         super().__init__(core, capacity, backpressure, block_timeout)
 
     def _item(self, op: int, arg: int, kw: Mapping[str, Any]) -> tuple:
-        return (op, arg, *_schedule(**kw))
+        return (op, arg, *schedule_args(**kw))
 
     def submit(self, op: int, arg: int = 0, **kw: Any) -> PoolFuture:
         return self._submit_futures([self._item(op, arg, kw)])[0]
