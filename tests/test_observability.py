@@ -473,3 +473,19 @@ def test_jobs_submitted_before_instrumenting_are_counted_not_kept(tmp_path) -> N
     assert not jm._early and not tracer._early
     tracer.close()
     assert tracer.stats()["written"] == 81
+
+
+@pytest.mark.gpu
+def test_gpu_gauges_show_this_process_cuda_memory() -> None:
+    """Where CUDA is present, a scrape reports the memory this process holds on each device."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from agentrl.observability.metrics import render
+
+    x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda:0")  # 64 MiB
+    text = render()[0].decode()
+    m = re.search(r'^agentrl_gpu_memory_used_bytes\{device="0"\} (\S+)', text, re.M)
+    assert m and float(m.group(1)) >= 64 << 20, text[-2000:]
+    assert re.search(r'^agentrl_gpu_memory_reserved_bytes\{device="0"\} ', text, re.M)
+    del x
