@@ -42,6 +42,7 @@ from agentrl.pool.jobs import (
     PoolClosed,
     PoolFull,
     schedule_args,
+    split_job_entry,
 )
 from agentrl.sandbox.args import check_int, env_pairs, file_list, python_files, run_args
 from agentrl.sandbox.limits import Limits
@@ -531,14 +532,7 @@ class RayPool:
         return _Job(0, python, main, run_kw, deadline_at, None)
 
     def _entry(self, job: Any, common: Mapping[str, Any]) -> _Job:
-        if isinstance(job, Mapping):
-            kw = {**common, **job}
-            if ("argv" in kw) == ("source" in kw):
-                raise TypeError("a job mapping needs exactly one of 'argv' and 'source'")
-            python = "source" in kw
-            main = kw.pop("source") if python else kw.pop("argv")
-            return self._make(main, python, kw)
-        return self._make(job, isinstance(job, str), common)
+        return self._make(*split_job_entry(job, common))
 
     def _admit(self, n: int) -> None:
         end = None if self._block_timeout is None else time.monotonic() + self._block_timeout

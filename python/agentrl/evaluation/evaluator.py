@@ -214,6 +214,24 @@ def _compile_failed(task: IOTask, program: Program) -> Judgement:
     return build_judgement(task.task_id, cases, False, wall_time_s=wall)
 
 
+async def _gather_cancelling(jobs: list[Any]) -> list[ExecResult | BaseException]:
+    """Each job's result or exception, in order; if the caller is cancelled (or a job is),
+    every job is cancelled before the cancellation propagates."""
+    import asyncio
+
+    outcomes: list[ExecResult | BaseException] = []
+    try:
+        for r in await asyncio.gather(*jobs, return_exceptions=True):
+            if isinstance(r, asyncio.CancelledError):
+                raise r
+            outcomes.append(r)
+    except BaseException:
+        for j in jobs:
+            j.cancel()
+        raise
+    return outcomes
+
+
 class Evaluator:
     """Judges completions in sandboxes, with a verdict the candidate cannot forge.
 
@@ -349,23 +367,13 @@ class Evaluator:
     async def _acompiled_cases(
         self, task: IOTask, completion: str, limits: Limits
     ) -> _CompiledCases:
-        import asyncio
 
         pool = self.pool
         program = await aprepare(pool, task.language, completion)
         if not program.compiled_ok:
             return _CompiledCases(program, None)
         jobs = [start_program(pool, program, stdin=c.input, run_limits=limits) for c in task.cases]
-        outcomes: list[ExecResult | BaseException] = []
-        try:
-            for r in await asyncio.gather(*jobs, return_exceptions=True):
-                if isinstance(r, asyncio.CancelledError):
-                    raise r
-                outcomes.append(r)
-        except BaseException:
-            for j in jobs:
-                j.cancel()  # type: ignore[attr-defined]
-            raise
+        outcomes = await _gather_cancelling(jobs)
         return _CompiledCases(program, outcomes)
 
     @property
@@ -642,16 +650,7 @@ class Evaluator:
         else:
             pool = self.pool
             jobs = [pool.run_python(completion, stdin=c.input, limits=limits) for c in task.cases]
-        outcomes: list[ExecResult | BaseException] = []
-        try:
-            for r in await asyncio.gather(*jobs, return_exceptions=True):
-                if isinstance(r, asyncio.CancelledError):
-                    raise r
-                outcomes.append(r)
-        except BaseException:
-            for j in jobs:
-                j.cancel()
-            raise
+        outcomes = await _gather_cancelling(jobs)
         return self._finish(task, outcomes, nonce)
 
     def _check_open(self) -> None:

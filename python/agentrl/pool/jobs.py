@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -167,3 +168,16 @@ def schedule_args(
 
 
 SCHED_KEYS = frozenset({"group", "priority", "deadline", "deadline_at"})
+
+
+def split_job_entry(job: Any, common: Mapping[str, Any]) -> tuple[Any, bool, Mapping[str, Any]]:
+    """A ``submit_many``/``map`` entry (argv, Python source as a str, or a mapping with one of
+    ``argv``/``source``) as ``(argv or source, is_python, keywords)``."""
+    if isinstance(job, Mapping):
+        kw = {**common, **job}
+        if ("argv" in kw) == ("source" in kw):
+            raise TypeError("a job mapping needs exactly one of 'argv' and 'source'")
+        python = "source" in kw
+        main = kw.pop("source") if python else kw.pop("argv")
+        return main, python, kw
+    return job, isinstance(job, str), common

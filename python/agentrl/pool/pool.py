@@ -25,6 +25,7 @@ from agentrl.pool.jobs import (
     PoolFuture,
     PoolJob,
     schedule_args,
+    split_job_entry,
 )
 from agentrl.sandbox.args import (
     check_int,
@@ -200,14 +201,7 @@ class SandboxPool(_JobPool):
 
     def _job(self, job: Any, common: Mapping[str, Any]) -> PoolJob:
         """A ``submit_many``/``map`` entry: argv, Python source (str) or a mapping."""
-        if isinstance(job, Mapping):
-            kw = {**common, **job}
-            if ("argv" in kw) == ("source" in kw):
-                raise TypeError("a job mapping needs exactly one of 'argv' and 'source'")
-            python = "source" in kw
-            main = kw.pop("source") if python else kw.pop("argv")
-            return self._item(main, python, kw)
-        return self._item(job, isinstance(job, str), common)
+        return self._item(*split_job_entry(job, common))
 
     def submit(self, argv: Sequence[Any], **kw: Any) -> PoolFuture:
         """Submits ``argv`` (see :meth:`Sandbox.run`); a future of its :class:`ExecResult`."""
