@@ -45,12 +45,23 @@ for p in ("/dev/shm/agentrl-shared", "/tmp/agentrl-shared"):
     with open(p, "w") as f: f.write("A")
 shm = ctypes.CDLL(None).shmget(KEY, 4096, 0o1000 | 0o666)
 print("ready", time.monotonic(), shm, flush=True)
-accepted, end = 0, time.monotonic() + 2.5
-while time.monotonic() < end:
-    if select.select([s], [], [], 0.05)[0]:
-        s.accept()[0].close(); accepted += 1
+# With STOP_FD and READY_FD (pipes the test passes in), the test hears "ready" and says when the
+# prober is done; without them (nsjail has no pass_fds) the listener listens 2.5 s.
+if READY_FD is not None: os.write(READY_FD, b"r"); os.close(READY_FD)
+accepted, end, watch = 0, time.monotonic() + 2.5, [s] + ([STOP_FD] if STOP_FD is not None else [])
+while STOP_FD is not None or time.monotonic() < end:
+    ready = select.select(watch, [], [], 0.05)[0]
+    if s in ready: s.accept()[0].close(); accepted += 1
+    if STOP_FD is not None and STOP_FD in ready: break
 print("accepted", accepted, "end", time.monotonic())
 """
+
+
+def listener_source(key: str, channel: bool = False) -> str:
+    """LISTENER for shm key ``key``; with ``channel`` it signals on fd 4 and stops on fd 3."""
+    fds = ("3", "4") if channel else ("None", "None")
+    return LISTENER.replace("KEY", key).replace("STOP_FD", fds[0]).replace("READY_FD", fds[1])
+
 
 PROBER = """
 import ctypes, json, os, socket, time
@@ -179,13 +190,14 @@ print([p for p in ("/work/x", "/tmp/y", "/dev/shm/z") if os.path.exists(p)],
 
 
 INOTIFY_HOG = """
-import ctypes, json, time
+import ctypes, json, os, time
 libc = ctypes.CDLL(None, use_errno=True)
 n = 0
 while n < 100000 and libc.inotify_init() >= 0:
     n += 1
 print(json.dumps([open("/proc/self/uid_map").read().split(), n, time.monotonic()]), flush=True)
-time.sleep(2.5)
+os.write(4, b"r")  # ready; then hold the instances until the test writes to fd 3
+os.read(3, 1)
 print(time.monotonic())
 """
 INOTIFY_PROBE = """

@@ -34,8 +34,8 @@ from agentrl.backends.nsjail import (
 )
 from conftest import DEFAULT_LIMITS, SESSION_MARK, out, py, why
 from hostile import (
-    LISTENER,
     PROBER,
+    listener_source,
 )
 from nsjail_support import (
     NSJAIL_BOX_IDS,
@@ -180,7 +180,7 @@ def test_concurrent_runs_are_isolated_with_distinct_host_ids(nj):
 
 def test_two_live_boxes_hold_different_host_ids_and_cannot_reach_each_other(nj):
     key, results = str(int.from_bytes(os.urandom(3), "big") + 1), {}
-    ta = threading.Thread(target=lambda: results.update(a=py(nj, LISTENER.replace("KEY", key))))
+    ta = threading.Thread(target=lambda: results.update(a=py(nj, listener_source(key))))
     ta.start()
     time.sleep(0.8)
     b = py(nj, PROBER.replace("KEY", key))

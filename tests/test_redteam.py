@@ -24,11 +24,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from agentrl import Sandbox, Status
+from agentrl import ExecResult, Sandbox, Status
 from conftest import (
     BOX_UID_BASE,
     BOX_UID_RANGE,
@@ -41,7 +41,6 @@ from conftest import (
     is_nsjail,
     out,
     py,
-    wait_box_started,
     wait_count_at_most,
     why,
 )
@@ -54,7 +53,6 @@ from hostile import (
     INOTIFY_HOG,
     INOTIFY_PROBE,
     LEAVE_BEHIND,
-    LISTENER,
     LOOK_BEHIND,
     MEMORY_BOMBS,
     MEMORY_SCAN,
@@ -62,6 +60,7 @@ from hostile import (
     SETUID_CMDS,
     SYSCALLS,
     UNDYING,
+    listener_source,
 )
 from nsjail_support import (
     NSJAIL_BOX_IDS,
@@ -413,14 +412,38 @@ def test_killing_host_processes_fails(box):
     assert b"KILLED" not in r.stdout, why(r)
 
 
+def while_running(
+    box: Sandbox, source: str, probe: Callable[[], ExecResult]
+) -> tuple[ExecResult, ExecResult]:
+    """Runs ``source`` in ``box`` and ``probe()`` while it is alive: the run gets a pipe to stop
+    on as fd 3 and one to say it is ready on as fd 4, so the two overlap however slowly a box
+    starts. Returns both verdicts."""
+    results: dict[str, ExecResult] = {}
+    done_r, done_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    run = threading.Thread(
+        target=lambda: results.update(a=py(box, source, pass_fds=(done_r, ready_w))), daemon=True
+    )
+    try:
+        run.start()
+        heard = select.select([ready_r], [], [], 60 * TIME_SCALE)[0]
+        assert heard and os.read(ready_r, 1) == b"r", "the first run never said it was ready"
+        b = probe()
+    finally:
+        os.write(done_w, b"x")
+        run.join(30 * TIME_SCALE)
+        for fd in (done_r, done_w, ready_r, ready_w):
+            os.close(fd)
+    return results["a"], b
+
+
 def test_two_live_boxes_cannot_reach_each_other(sb):
-    key, results = str(int.from_bytes(os.urandom(3), "big") + 1), {}
-    ta = threading.Thread(target=lambda: results.update(a=py(sb, LISTENER.replace("KEY", key))))
-    ta.start()
-    wait_box_started()
-    b = py(sb, PROBER.replace("KEY", key))
-    ta.join()
-    a = results["a"]
+    # The listener says "ready" on a pipe and listens until the prober is done, so the two runs
+    # overlap however slowly a box starts (no time window).
+    key = str(int.from_bytes(os.urandom(3), "big") + 1)
+    a, b = while_running(
+        sb, listener_source(key, channel=True), lambda: py(sb, PROBER.replace("KEY", key))
+    )
     assert a.ok and b.ok, why(a) + why(b)
     words, res = out(a).split(), json.loads(b.stdout)
     assert int(words[2]) >= 0 and float(words[1]) < res["t"] < float(words[-1]), "not concurrent"
@@ -432,14 +455,8 @@ def test_two_live_boxes_cannot_reach_each_other(sb):
 def test_two_sandboxes_do_not_share_host_identity(sb):
     # Boxes of two sandboxes alive at once must not share a host uid: per-user kernel limits
     # (inotify instances, pipe pages, message queues, ...) would let one starve the other.
-    results = {}
     with Sandbox(DEFAULT_LIMITS) as other:
-        hog = threading.Thread(target=lambda: results.update(a=py(other, INOTIFY_HOG)))
-        hog.start()
-        wait_box_started()
-        b = py(sb, INOTIFY_PROBE)
-        hog.join()
-    a = results["a"]
+        a, b = while_running(other, INOTIFY_HOG, lambda: py(sb, INOTIFY_PROBE))
     assert a.ok and b.ok, why(a) + why(b)
     (map_a, n, ready), end = json.loads(a.stdout.splitlines()[0]), float(out(a).split()[-1])
     map_b, fd, err, t = json.loads(b.stdout)
