@@ -259,8 +259,8 @@ def test_evaluator_scores_humaneval_canonical_on_the_cluster(pool: RayPool) -> N
 
 def test_actor_killed_mid_batch_loses_and_duplicates_nothing(pool: RayPool) -> None:
     before = pool.stats()
-    n = 300
-    ids = pool.submit_many([f"import time; time.sleep(0.02); print({i})" for i in range(n)])
+    n = 2000
+    ids = pool.submit_many([f"import time; time.sleep(0.005); print({i})" for i in range(n)])
     time.sleep(1.0)
     victim = next(a for a in pool._actors if a.alive and a.assigned)
     ray.kill(victim.handle)
@@ -373,8 +373,8 @@ def test_node_removed_with_jobs_in_flight_loses_and_duplicates_nothing(
     while pool.stats()["actors"] < 3 and time.monotonic() < end:
         time.sleep(0.5)
     before = pool.stats()
-    n = 300
-    jobs = [f"import time; time.sleep(0.02); print({i})" for i in range(n)]
+    n = 2000
+    jobs = [f"import time; time.sleep(0.005); print({i})" for i in range(n)]
     futs = [pool.submit_python(j) for j in jobs]
     time.sleep(1.0)
     cluster.remove_node(cluster.workers[0])

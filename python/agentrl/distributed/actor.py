@@ -3,17 +3,21 @@
 The driver (:class:`agentrl.distributed.RayPool`) sends jobs with :meth:`SandboxActor.submit`
 (one Ray call per batch) and keeps one long :meth:`SandboxActor.poll` outstanding per actor,
 which returns every outcome finished since the last one: results stream back in bursts, and
-Ray's per-call round trip is paid per batch, not per job. The actor is asynchronous (its
-methods run on one event loop) and its pool's jobs run on the Rust worker threads.
+Ray's per-call round trip is paid per batch, not per job. The actor is threaded (Ray runs
+its methods on a few threads) and uses its pool's batch API: a batch crosses to Rust in one
+``submit_many`` and a poll drains every finished job in one ``collect``, with no per-job
+future or callback; the jobs run on the Rust worker threads.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import socket
+import threading
+import time
 from typing import Any
+
+from agentrl.pool.jobs import JobStatus
 
 __all__ = ["SandboxActor", "WireJob"]
 
@@ -32,9 +36,11 @@ class SandboxActor:
         from agentrl.pool import SandboxPool
 
         self._pool = SandboxPool(**pool_args)
-        self._tasks: dict[int, asyncio.Future] = {}
-        self._done: list[WireOutcome] = []
-        self._event: asyncio.Event | None = None
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # jobs submitted (wakes an idle poll)
+        self._jid: dict[int, int] = {}  # pool job id -> driver job id, for jobs held
+        self._pid: dict[int, int] = {}  # driver job id -> pool job id
+        self._early: list[WireOutcome] = []  # refused at submission, for the next poll
         self._submitted = 0
 
     def info(self) -> dict[str, Any]:
@@ -49,92 +55,91 @@ class SandboxActor:
             "cpus": os.cpu_count(),
         }
 
-    def _wake(self) -> asyncio.Event:
-        if self._event is None:
-            self._event = asyncio.Event()
-        return self._event
-
-    async def submit(self, jobs: list[WireJob]) -> int:
-        """Starts ``jobs`` on the pool (they cross to Rust in one batch); returns how many."""
-        from agentrl.pool import JobExpired, JobFailed
-
-        pool, done, tasks, event = self._pool, self._done, self._tasks, self._wake()
-
-        def finished(jid: int, fut: asyncio.Future) -> None:
-            tasks.pop(jid, None)
-            if fut.cancelled():
-                done.append((jid, "cancelled", None))
-            else:
-                exc = fut.exception()
-                if exc is None:
-                    done.append((jid, "completed", fut.result()))
-                elif isinstance(exc, JobExpired):
-                    done.append((jid, "expired", str(exc)))
-                elif isinstance(exc, JobFailed):
-                    done.append((jid, "failed", exc.reason))
-                elif isinstance(exc, asyncio.CancelledError):
-                    done.append((jid, "cancelled", None))
-                else:
-                    done.append((jid, "failed", f"{type(exc).__name__}: {exc}"))
-            event.set()
-
-        for jid, python, main, kw in jobs:
+    def submit(self, jobs: list[WireJob]) -> int:
+        """Starts ``jobs`` on the pool in one crossing to Rust; returns how many. A job the
+        pool refuses (the driver checked it; a node-specific refusal) fails alone."""
+        entries = [_entry(python, main, kw) for _, python, main, kw in jobs]
+        with self._lock:
             try:
-                fut = pool.run_python(main, **kw) if python else pool.run(main, **kw)
-            except Exception as e:  # the driver checked it; a node-specific refusal
-                done.append((jid, "failed", f"{type(e).__name__}: {e}"))
-                event.set()
-                continue
-            tasks[jid] = fut
-            fut.add_done_callback(lambda f, jid=jid: finished(jid, f))
-        self._submitted += len(jobs)
+                self._register(jobs, self._pool.submit_many(entries))
+            except (ValueError, TypeError):  # find the bad ones: each job alone
+                for job, entry in zip(jobs, entries, strict=True):
+                    try:
+                        self._register([job], self._pool.submit_many([entry]))
+                    except Exception as e:
+                        self._early.append((job[0], "failed", f"{type(e).__name__}: {e}"))
+            except Exception as e:  # the pool is closed or full: the batch fails
+                why = f"{type(e).__name__}: {e}"
+                self._early += [(jid, "failed", why) for jid, *_ in jobs]
+            self._submitted += len(jobs)
+            self._arrived.notify_all()
         return len(jobs)
 
-    async def poll(self, wait_s: float, linger_s: float = 0.0) -> list[WireOutcome]:
-        """The outcomes finished since the last call; waits up to ``wait_s`` for one, then
-        up to ``linger_s`` more, until half of the jobs it holds have finished, so that one
-        reply carries a burst
-        (a Ray call costs about as much CPU as a warm run: replies of one outcome each would
-        double the cost of a job)."""
-        event = self._wake()
-        if not self._done:
-            event.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), wait_s)
-        # Linger for a burst: until half of what the actor holds has finished, or linger_s.
-        target = (len(self._tasks) + len(self._done)) // 2
-        end = asyncio.get_running_loop().time() + linger_s
-        while self._done and self._tasks and len(self._done) < target:
-            left = end - asyncio.get_running_loop().time()
-            if left <= 0:
-                break
-            event.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), left)
-        out = list(self._done)
-        self._done.clear()  # in place: the jobs' callbacks hold this list
+    def _register(self, jobs: list[WireJob], ids: list[int]) -> None:
+        for (jid, *_), pid in zip(jobs, ids, strict=True):
+            self._jid[pid] = jid
+            self._pid[jid] = pid
+
+    def _take(self, wait_s: float) -> list[WireOutcome]:
+        """What finished, waiting up to ``wait_s`` for the first (none held: for a submit)."""
+        with self._lock:
+            if not self._jid and not self._early:
+                self._arrived.wait(wait_s)
+            out, self._early = self._early, []
+            if not self._jid:
+                return out
+        raw = self._pool.collect(timeout=0.0 if out else wait_s)
+        with self._lock:  # submit registers under this lock: every id here is known
+            for o in raw:
+                jid = self._jid.pop(o.job_id)
+                del self._pid[jid]
+                if o.status is JobStatus.COMPLETED:
+                    out.append((jid, "completed", o.result))
+                elif o.status is JobStatus.FAILED:
+                    out.append((jid, "failed", o.reason))
+                else:
+                    out.append((jid, o.status.value, None))
         return out
 
-    async def cancel_jobs(self, job_ids: list[int]) -> int:
-        """Cancels these jobs (queued ones never start, running ones are killed)."""
-        n = 0
-        for jid in job_ids:
-            fut = self._tasks.get(jid)
-            if fut is not None and fut.cancel():
-                n += 1
-        return n
+    def poll(self, wait_s: float, linger_s: float = 0.0) -> list[WireOutcome]:
+        """The outcomes finished since the last call; waits up to ``wait_s`` for one, then
+        up to ``linger_s`` more, until half of the jobs it holds have finished, so that one
+        reply carries a burst (a Ray call costs about as much CPU as a warm run: replies of
+        one outcome each would double the cost of a job)."""
+        out = self._take(wait_s)
+        if not out:
+            return out
+        target = (len(self._jid) + len(out)) // 2
+        end = time.monotonic() + linger_s
+        while self._jid and len(out) < target:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            out += self._take(left)
+        return out
 
-    async def cancel_group(self, group: int) -> int:
+    def cancel_jobs(self, job_ids: list[int]) -> int:
+        """Cancels these jobs (queued ones never start, running ones are killed)."""
+        with self._lock:
+            ids = [self._pid[j] for j in job_ids if j in self._pid]
+        return sum(self._pool.cancel_job(i) for i in ids)
+
+    def cancel_group(self, group: int) -> int:
         """Cancels every job of ``group`` on this node."""
         return self._pool.cancel(group)
 
-    async def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         """The pool's stats, with the jobs this actor accepted."""
         s = self._pool.stats()
         s["accepted"] = self._submitted
-        s["outstanding"] = len(self._tasks)
+        s["outstanding"] = len(self._jid)
         return s
 
-    async def shutdown(self) -> None:
+    def shutdown(self) -> None:
         """Closes the pool, cancelling what is left."""
-        await self._pool.aclose(drain=False)
+        self._pool.close(drain=False)
+
+
+def _entry(python: bool, main: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    """A :meth:`SandboxPool.submit_many` entry of a wire job."""
+    return {"source" if python else "argv": main, **kw}

@@ -56,6 +56,8 @@ POLL_WAIT_S = 1.0
 """Longest a ``poll`` call waits for an outcome before it returns empty (and is reissued)."""
 STATS_EVERY_S = 1.0
 """How often the driver refreshes the actors' own stats (``stats()["nodes"]``)."""
+INFLIGHT_PER_WORKER = 32
+"""Default most jobs an actor holds, per worker of its pool (``max_inflight_per_actor``)."""
 
 
 def ray_init_options(**overrides: Any) -> dict[str, Any]:
@@ -126,8 +128,9 @@ class RayPool:
       arguments for each actor's sandbox; ``pool_options``: other :class:`SandboxPool`
       arguments of each actor's pool (``retries``, ...).
     * ``batch_size``: most jobs in one call to an actor; ``max_inflight_per_actor``: most
-      jobs held by one actor at once (default eight per worker): a slow node is not buried,
-      the rest wait in the driver's queue.
+      jobs held by one actor at once (default 32 per worker: enough that a poll's burst and
+      the next batch carry dozens of jobs each); a slow node is not buried, the rest wait in
+      the driver's queue.
     * ``capacity``: most jobs in the pool (queued, running, outcomes not handed over);
       ``backpressure`` ``"block"`` or ``"error"`` (:class:`PoolFull`) when full.
     * ``max_infra_retries``: how many times a job is re-run after the actor holding it died;
@@ -162,7 +165,7 @@ class RayPool:
         block_timeout: float | None = None,
         max_infra_retries: int = 3,
         replace_timeout: float = 60.0,
-        linger_s: float = 0.02,
+        linger_s: float = 0.05,
         address: str | None = None,
         ray_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -254,7 +257,7 @@ class RayPool:
             "num_cpus": self._num_cpus,
             "resources": self._resources or None,
             "max_restarts": 0,
-            "max_concurrency": 64,
+            "max_concurrency": 8,  # threads: submit, poll, cancel, stats at once
         }
 
     def _placements(self, num_actors: int | None, cores_per_actor: int | None) -> list[Any]:
@@ -285,7 +288,9 @@ class RayPool:
 
         cls = ray.remote(SandboxActor)
         args = dict(self._pool_args)
-        inflight = self._inflight_cap or 8 * (args.get("workers") or 2 * (os.cpu_count() or 1))
+        inflight = self._inflight_cap or INFLIGHT_PER_WORKER * (
+            args.get("workers") or 2 * (os.cpu_count() or 1)
+        )
         args.setdefault("capacity", 2 * inflight + self._batch + 64)
         return cls.options(**self._actor_options(), scheduling_strategy=strategy).remote(args)
 
@@ -311,7 +316,7 @@ class RayPool:
             self._loop.call_soon_threadsafe(self._start_poller, a)
 
     def _room(self, a: _Actor) -> int:
-        cap = self._inflight_cap or 8 * int(a.info.get("workers", 1))
+        cap = self._inflight_cap or INFLIGHT_PER_WORKER * int(a.info.get("workers", 1))
         return cap - len(a.assigned)
 
     def _start_poller(self, a: _Actor) -> None:
