@@ -139,7 +139,8 @@ class RayPool:
     * ``linger_s``: how long an actor holding running jobs may wait after the first finished
       one (until half of its jobs are done) before it replies, to send a burst of outcomes
       in one Ray call: a Ray call costs about as much CPU as a warm run. Adds at most this
-      much latency to a job; 0: reply at once.
+      much latency to a job, and only while the actor is busy (an actor holding one or two
+      jobs replies at once); 0: reply at once.
     * ``address``: the cluster for ``ray.init`` when Ray is not initialised yet (``None``: a
       local one); the pool then shuts Ray down on :meth:`close`.
 
@@ -165,7 +166,7 @@ class RayPool:
         block_timeout: float | None = None,
         max_infra_retries: int = 3,
         replace_timeout: float = 60.0,
-        linger_s: float = 0.05,
+        linger_s: float = 0.1,
         address: str | None = None,
         ray_options: Mapping[str, Any] | None = None,
     ) -> None:
