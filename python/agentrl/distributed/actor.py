@@ -91,7 +91,9 @@ class SandboxActor:
         raw = self._pool.collect(timeout=0.0 if out else wait_s)
         with self._lock:  # submit registers under this lock: every id here is known
             for o in raw:
-                jid = self._jid.pop(o.job_id)
+                jid = self._jid.pop(o.job_id, None)
+                if jid is None:  # a job of a batch that failed as a whole (already answered)
+                    continue
                 del self._pid[jid]
                 if o.status is JobStatus.COMPLETED:
                     out.append((jid, "completed", o.result))

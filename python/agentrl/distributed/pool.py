@@ -123,7 +123,7 @@ class RayPool:
     * ``workers_per_actor``: boxes at once per actor (``None``: the node's default, two per
       core of that node).
     * ``resources``: extra Ray resources each actor holds (e.g. ``{"agentrl_sandbox": 1}``);
-      ``num_cpus``: CPUs each actor reserves (default 1: the actor's own loop).
+      ``num_cpus``: CPUs each actor reserves (default 1: the actor's own threads).
     * ``limits``: default :class:`Limits` of a job; ``sandbox``: :class:`Sandbox` keyword
       arguments for each actor's sandbox; ``pool_options``: other :class:`SandboxPool`
       arguments of each actor's pool (``retries``, ...).
