@@ -323,17 +323,36 @@ _OPS = st.lists(
 )
 
 
+def _kill_node(cluster: Any, pool: RayPool, a: int) -> None:
+    """Removes a worker node that holds a live actor (waiting for a replacement actor to be
+    placed if an earlier kill left none there), and adds a fresh node in its place."""
+    by_id = {n.node_id: n for n in cluster.workers}
+    end = time.monotonic() + 30 * TIME_SCALE
+    while True:
+        held = [x.info["node_id"] for x in pool._actors if x.alive and x.info["node_id"] in by_id]
+        if held or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert held, "no live actor on a worker node to take down"
+    node = by_id[held[a % len(held)]]
+    cluster.remove_node(node)
+    cluster.workers = [n for n in cluster.workers if n is not node]
+    cluster.workers.append(cluster.add_node(wait=False, **NODE))
+
+
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=_OPS, kill_at=st.integers(0, 10))
 def test_property_submit_cancel_kill_keep_exactly_once(
-    pool: RayPool, ops: list, kill_at: int
+    cluster: Any, pool: RayPool, ops: list, kill_at: int
 ) -> None:
     ops = [
         *ops[:kill_at],
         ("submit", 8, 0),
         ("kill", kill_at, 0),
+        ("submit", 8, 1),
+        ("node", kill_at, 0),
         *ops[kill_at:],
-    ]  # one kill at least
+    ]  # an actor killed and a whole node taken down in every example, with jobs in flight
     ids: list[int] = []
     futs: list[Any] = []
     for op, a, b in ops:
@@ -349,6 +368,8 @@ def test_property_submit_cancel_kill_keep_exactly_once(
             alive = [x for x in pool._actors if x.alive]
             if len(alive) >= 2:
                 ray.kill(alive[a % len(alive)].handle)
+        elif op == "node":
+            _kill_node(cluster, pool, a)
         elif op == "sleep":
             time.sleep(0.1 * a)
     outs: list[Any] = []
