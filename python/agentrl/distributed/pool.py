@@ -289,9 +289,7 @@ class RayPool:
 
         cls = ray.remote(SandboxActor)
         args = dict(self._pool_args)
-        inflight = self._inflight_cap or INFLIGHT_PER_WORKER * (
-            args.get("workers") or 2 * (os.cpu_count() or 1)
-        )
+        inflight = self._inflight_for(args.get("workers") or 2 * (os.cpu_count() or 1))
         args.setdefault("capacity", 2 * inflight + self._batch + 64)
         return cls.options(**self._actor_options(), scheduling_strategy=strategy).remote(args)
 
@@ -316,9 +314,12 @@ class RayPool:
             self._actors.append(a)
             self._loop.call_soon_threadsafe(self._start_poller, a)
 
+    def _inflight_for(self, workers: int) -> int:
+        """Most jobs an actor of ``workers`` workers holds at once."""
+        return self._inflight_cap or INFLIGHT_PER_WORKER * workers
+
     def _room(self, a: _Actor) -> int:
-        cap = self._inflight_cap or INFLIGHT_PER_WORKER * int(a.info.get("workers", 1))
-        return cap - len(a.assigned)
+        return self._inflight_for(int(a.info.get("workers", 1))) - len(a.assigned)
 
     def _start_poller(self, a: _Actor) -> None:
         self._loop.create_task(self._poller(a))

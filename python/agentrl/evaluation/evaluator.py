@@ -367,7 +367,6 @@ class Evaluator:
     async def _acompiled_cases(
         self, task: IOTask, completion: str, limits: Limits
     ) -> _CompiledCases:
-
         pool = self.pool
         program = await aprepare(pool, task.language, completion)
         if not program.compiled_ok:
