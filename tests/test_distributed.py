@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 ray = pytest.importorskip("ray")
 from agentrl import Limits, SandboxPool, Status  # noqa: E402
 from agentrl.distributed import RayGenerationBackend, RayPool  # noqa: E402
+from agentrl.distributed.actor import INFLIGHT_PER_WORKER, SandboxActor  # noqa: E402
 from agentrl.evaluation import Evaluator  # noqa: E402
 from agentrl.evaluation.tasks import load_humaneval  # noqa: E402
 from agentrl.pool import Executor, JobStatus  # noqa: E402
@@ -193,6 +194,29 @@ def test_generation_on_a_ray_actor_with_weights_pushed_mid_run(cluster: Any) -> 
         assert backend.nodes()[0] in {n["NodeID"] for n in ray.nodes()}
     finally:
         backend.close()
+
+
+def test_actor_sizes_its_pool_by_its_own_node(monkeypatch: Any) -> None:
+    """Without ``workers_per_actor`` an actor's pool has two workers per core of the actor's
+    node, and its capacity (room for what the driver may send it) follows that node's cores,
+    not the driver's (a small head node driving large sandbox nodes)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # this process stands in for the node
+    actor = SandboxActor({}, None, 64)
+    try:
+        assert actor._pool.workers == 32
+        assert actor._pool._capacity == 2 * INFLIGHT_PER_WORKER * 32 + 64 + 64
+    finally:
+        actor.shutdown()
+    actor = SandboxActor({"workers": 2}, 10, 8)  # max_inflight_per_actor=10, batch_size=8
+    try:
+        assert actor._pool._capacity == 2 * 10 + 8 + 64
+    finally:
+        actor.shutdown()
+    actor = SandboxActor({"workers": 2, "capacity": 7}, 10, 8)  # pool_options' own capacity
+    try:
+        assert actor._pool._capacity == 7
+    finally:
+        actor.shutdown()
 
 
 def test_is_an_executor_and_stats_per_node(pool: RayPool) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from agentrl.pool.jobs import JobStatus
 
-__all__ = ["SandboxActor", "WireJob"]
+__all__ = ["INFLIGHT_PER_WORKER", "SandboxActor", "WireJob", "inflight_for"]
 
 WireJob = tuple[int, bool, Any, dict[str, Any]]
 """One job as it travels: ``(job id, python?, argv or source, keywords)``."""
@@ -28,14 +28,32 @@ WireOutcome = tuple[int, str, Any]
 """One outcome as it travels back: ``(job id, status, ExecResult or failure reason)``;
 status is a :class:`agentrl.JobStatus` value."""
 
+INFLIGHT_PER_WORKER = 32
+"""Default most jobs an actor holds, per worker of its pool (``max_inflight_per_actor``)."""
+
+
+def inflight_for(cap: int | None, workers: int) -> int:
+    """Most jobs an actor whose pool has ``workers`` workers holds at once; ``cap`` is the
+    RayPool's ``max_inflight_per_actor`` (``None``: :data:`INFLIGHT_PER_WORKER` per worker).
+    The driver bounds what it sends by it, the actor sizes its pool's capacity by it."""
+    return cap or INFLIGHT_PER_WORKER * workers
+
 
 class SandboxActor:
     """Owns a :class:`SandboxPool` on its node (see the module's docstring)."""
 
-    def __init__(self, pool_args: dict[str, Any]) -> None:
-        from agentrl.pool import SandboxPool
+    def __init__(
+        self, pool_args: dict[str, Any], max_inflight: int | None = None, batch_size: int = 0
+    ) -> None:
+        from agentrl.pool.pool import SandboxPool, default_workers
 
-        self._pool = SandboxPool(**pool_args)
+        args = dict(pool_args)
+        if "capacity" not in args:
+            # Sized on this node: without `workers`, its pool has two per core of this node,
+            # which the driver (often on a smaller head node) cannot know.
+            inflight = inflight_for(max_inflight, args.get("workers") or default_workers())
+            args["capacity"] = 2 * inflight + batch_size + 64
+        self._pool = SandboxPool(**args)
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)  # jobs submitted (wakes an idle poll)
         self._jid: dict[int, int] = {}  # pool job id -> driver job id, for jobs held

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrl.distributed.actor import SandboxActor, WireJob
+from agentrl.distributed.actor import SandboxActor, WireJob, inflight_for
 from agentrl.pool.engine import percentiles
 from agentrl.pool.jobs import (
     SCHED_KEYS,
@@ -56,8 +56,6 @@ POLL_WAIT_S = 1.0
 """Longest a ``poll`` call waits for an outcome before it returns empty (and is reissued)."""
 STATS_EVERY_S = 1.0
 """How often the driver refreshes the actors' own stats (``stats()["nodes"]``)."""
-INFLIGHT_PER_WORKER = 32
-"""Default most jobs an actor holds, per worker of its pool (``max_inflight_per_actor``)."""
 
 
 def ray_init_options(**overrides: Any) -> dict[str, Any]:
@@ -288,10 +286,9 @@ class RayPool:
         import ray
 
         cls = ray.remote(SandboxActor)
-        args = dict(self._pool_args)
-        inflight = self._inflight_for(args.get("workers") or 2 * (os.cpu_count() or 1))
-        args.setdefault("capacity", 2 * inflight + self._batch + 64)
-        return cls.options(**self._actor_options(), scheduling_strategy=strategy).remote(args)
+        return cls.options(**self._actor_options(), scheduling_strategy=strategy).remote(
+            self._pool_args, self._inflight_cap, self._batch
+        )
 
     def _start_actors(self, num_actors: int | None, cores_per_actor: int | None) -> None:
         import ray
@@ -314,12 +311,8 @@ class RayPool:
             self._actors.append(a)
             self._loop.call_soon_threadsafe(self._start_poller, a)
 
-    def _inflight_for(self, workers: int) -> int:
-        """Most jobs an actor of ``workers`` workers holds at once."""
-        return self._inflight_cap or INFLIGHT_PER_WORKER * workers
-
     def _room(self, a: _Actor) -> int:
-        return self._inflight_for(int(a.info.get("workers", 1))) - len(a.assigned)
+        return inflight_for(self._inflight_cap, int(a.info.get("workers", 1))) - len(a.assigned)
 
     def _start_poller(self, a: _Actor) -> None:
         self._loop.create_task(self._poller(a))

@@ -59,6 +59,11 @@ __all__ = [
 _RUN_KEYS = frozenset({"stdin", "files", "collect", "limits", "cwd", "env", "pass_fds"})
 
 
+def default_workers() -> int:
+    """A pool's workers when none are given: two per core of this machine."""
+    return 2 * (os.cpu_count() or 1)
+
+
 class SandboxPool(_JobPool):
     """Runs many sandbox jobs at once on the Rust scheduler's worker threads.
 
@@ -105,7 +110,7 @@ class SandboxPool(_JobPool):
         tracer: Any = None,
     ) -> None:
         if workers is None:
-            workers = 2 * (os.cpu_count() or 1)
+            workers = default_workers()
         check_int("workers", workers, 1, 4096)
         check_int("capacity", capacity, 1, 1 << 30)
         check_int("retries", retries, 0, 1000)
