@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``agentrl eval``; returns the process exit status."""
     from agentrl.evaluation.humaneval import evaluate_functional_correctness
     from agentrl.evaluation.tasks import humaneval_path
+    from agentrl.pool.pool import default_workers
 
     tracer: Any = None
     try:
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         problems = humaneval_path() if args.problems == "humaneval" else args.problems
         if not os.path.exists(args.samples):
             raise ValueError(f"no such samples file: {args.samples}")
-        workers = args.workers if args.workers is not None else 2 * (os.cpu_count() or 1)
+        workers = args.workers if args.workers is not None else default_workers()
         judgements: list = []
         progress = _Progress(sys.stderr)
         if args.traces:

@@ -52,7 +52,7 @@ from agentrl.languages import (
 from agentrl.languages import prepare as prepare_program
 from agentrl.pool.executor import Executor
 from agentrl.pool.jobs import JobExpired, JobFailed
-from agentrl.pool.pool import SandboxPool
+from agentrl.pool.pool import SandboxPool, default_workers
 from agentrl.sandbox.layout import interpreter_layout
 from agentrl.sandbox.limits import Limits
 from agentrl.sandbox.result import ExecResult, Status
@@ -273,7 +273,7 @@ class Evaluator:
         self._base_limits = limits or Limits()
         self._pool_args: dict[str, Any] = {}
         if pool is None:
-            n = workers if workers is not None else 2 * (os.cpu_count() or 1)
+            n = workers if workers is not None else default_workers()
             self._pool_args = {
                 "workers": n,
                 "sandbox": {

@@ -112,7 +112,11 @@ class ServiceConfig:
     @property
     def pool_workers(self) -> int:
         """The pool's worker count."""
-        return self.workers if self.workers is not None else 2 * (os.cpu_count() or 1)
+        if self.workers is not None:
+            return self.workers
+        from agentrl.pool.pool import default_workers  # agentrl.pool imports asyncio: here
+
+        return default_workers()
 
     @property
     def inflight_limit(self) -> int:
